@@ -67,7 +67,7 @@ func sentinelOf(err error) error {
 		return ErrThrottled
 	case "AccessDenied", "AllAccessDisabled", "AccountProblem":
 		return ErrAccessDenied
-	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "InvalidSecurity", "TokenRefreshRequired", "RequestExpired", "MissingSecurityHeader", "AuthorizationHeaderMalformed":
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "InvalidSecurity", "TokenRefreshRequired", "RequestExpired", "MissingSecurityHeader", "AuthorizationHeaderMalformed", "XAdminUserNotFound":
 		return ErrInvalidCredentials
 	case "EntityTooLarge":
 		return ErrTooLarge

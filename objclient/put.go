@@ -239,9 +239,10 @@ func (s *S3) putSingle(ctx context.Context, key string, data []byte, opts PutOpt
 // to the credentials that started it, so parts keep going across a
 // credential refresh (CASES C19).
 type multipart struct {
-	s        *S3
-	key      string
-	uploadID string
+	s           *S3
+	key         string
+	uploadID    string
+	ifNoneMatch string // passed to CompleteMultipartUpload
 }
 
 func (s *S3) createMultipart(ctx context.Context, key string, opts PutOptions) (*multipart, error) {
@@ -257,7 +258,7 @@ func (s *S3) createMultipart(ctx context.Context, key string, opts PutOptions) (
 	if err != nil {
 		return nil, normalise(ctx, "put", key, err)
 	}
-	return &multipart{s: s, key: key, uploadID: aws.ToString(out.UploadId)}, nil
+	return &multipart{s: s, key: key, uploadID: aws.ToString(out.UploadId), ifNoneMatch: opts.IfNoneMatch}, nil
 }
 
 func (m *multipart) uploadPart(ctx context.Context, num int, data []byte) (string, error) {
@@ -281,10 +282,14 @@ func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart) (
 	var out *s3.CompleteMultipartUploadOutput
 	err := m.s.call(ctx, func(ctx context.Context) error {
 		var err error
-		out, err = m.s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		in := &s3.CompleteMultipartUploadInput{
 			Bucket: aws.String(m.s.opts.Bucket), Key: aws.String(m.key), UploadId: aws.String(m.uploadID),
 			MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
-		})
+		}
+		if m.ifNoneMatch != "" {
+			in.IfNoneMatch = aws.String(m.ifNoneMatch)
+		}
+		out, err = m.s.client.CompleteMultipartUpload(ctx, in)
 		return err
 	})
 	if err != nil {

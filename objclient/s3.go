@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -287,7 +286,22 @@ func (s *S3) ListUploads(ctx context.Context, prefix string) ([]string, error) {
 // unreserved set and "/" is percent-encoded, so keys like "run[1]/a b+c"
 // survive (CASES C24).
 func (s *S3) copySource(key string) string {
-	return url.PathEscape(s.opts.Bucket) + "/" + strings.ReplaceAll(url.PathEscape(key), "%2F", "/")
+	return escapeCopyPath(s.opts.Bucket) + "/" + escapeCopyPath(key)
+}
+
+// escapeCopyPath percent-encodes every byte outside RFC 3986's unreserved
+// set, keeping "/". url.PathEscape keeps "+", which servers read as a space.
+func escapeCopyPath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-._~/", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // Copy implements Store: CopyObject up to 5 GiB, UploadPartCopy above.

@@ -1,7 +1,26 @@
-// Package objtest holds test doubles for objclient.Store: an in-memory
-// store, an in-process S3 server (gofakes3), a versitygw launcher, a
-// fault-injecting decorator and RunConformance, the suite that every Store
-// implementation must pass.
+// Package objtest holds test doubles for objclient.Store and the suite
+// that every Store implementation must pass.
+//
+//   - Mem (NewMem): an in-memory Store holding keys verbatim.
+//   - StartFakeS3 / StartFakeS3Server: gofakes3 in process behind
+//     httptest on 127.0.0.1, bucket "test-bucket", keys verbatim; the
+//     real objclient.S3 client talks to it over HTTP.
+//   - StartVersity / StartVersityServer: a real S3 server, versitygw with
+//     its posix backend (or the server named by OS2G_S3_ENDPOINT), with a
+//     fresh bucket per call; skipped when absent unless OS2G_REQUIRE_ALL=1.
+//   - Counting (NewCounting) and Faulty (NewFaulty): Store decorators that
+//     count calls and bytes, and add latency and injected errors, for the
+//     layers above objclient.
+//   - FaultProxy (StartFaultProxy): an HTTP proxy in front of an S3 server
+//     that answers 503 SlowDown / 500, stalls a body or cuts a connection,
+//     for testing the real client's retries and stall handling.
+//   - RunConformance / Conformance.Run: the same behavioural suite for Mem,
+//     gofakes3 and real servers (missing keys, ranges at and past EOF,
+//     multipart, If-Match, paging past 1,000 keys, delimiters, special
+//     characters in keys, cancellation).
+//
+// Everything here is for tests: constructors take a testing.TB, register
+// their shutdown with t.Cleanup, and fail the test on setup errors.
 package objtest
 
 import (
@@ -10,6 +29,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -52,7 +72,7 @@ func etagOf(b []byte) string {
 func (m *Mem) PutObject(key string, data []byte, contentType string, meta map[string]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.objects[key] = &memObject{data: bytes.Clone(data), etag: etagOf(data), modTime: time.Now().UTC().Truncate(time.Second), contentType: contentType, meta: meta}
+	m.objects[key] = &memObject{data: bytes.Clone(data), etag: etagOf(data), modTime: time.Now().UTC().Truncate(time.Second), contentType: contentType, meta: maps.Clone(meta)}
 }
 
 // Keys returns all keys in order (a test helper).
@@ -82,7 +102,7 @@ func (m *Mem) info(key string, o *memObject, full bool) objclient.ObjectInfo {
 	oi := objclient.ObjectInfo{Key: key, Size: int64(len(o.data)), ETag: o.etag, LastModified: o.modTime}
 	if full {
 		oi.ContentType = o.contentType
-		oi.Metadata = o.meta
+		oi.Metadata = maps.Clone(o.meta) // callers may not alter the store
 	}
 	return oi
 }
@@ -228,11 +248,15 @@ func (w *memWriter) Commit(ctx context.Context) (objclient.ObjectInfo, error) {
 	}
 	data := bytes.Clone(w.buf.Bytes())
 	etag := etagOf(data)
-	if ps := w.m.PartSize; ps > 0 && int64(len(data)) > ps {
+	ps := w.m.PartSize
+	if w.opts.PartSize > 0 {
+		ps = w.opts.PartSize
+	}
+	if ps > 0 && int64(len(data)) > ps {
 		n := (int64(len(data)) + ps - 1) / ps
 		etag = fmt.Sprintf(`%s-%d"`, etag[:len(etag)-1], n)
 	}
-	o := &memObject{data: data, etag: etag, modTime: time.Now().UTC().Truncate(time.Second), contentType: w.opts.ContentType, meta: w.opts.Metadata}
+	o := &memObject{data: data, etag: etag, modTime: time.Now().UTC().Truncate(time.Second), contentType: w.opts.ContentType, meta: maps.Clone(w.opts.Metadata)}
 	w.m.objects[w.key] = o
 	return w.m.info(w.key, o, true), nil
 }
