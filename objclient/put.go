@@ -304,8 +304,11 @@ func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart) (
 func (m *multipart) abort(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_, err := m.s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
-		Bucket: aws.String(m.s.opts.Bucket), Key: aws.String(m.key), UploadId: aws.String(m.uploadID),
+	err := m.s.call(actx, func(ctx context.Context) error {
+		_, err := m.s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+			Bucket: aws.String(m.s.opts.Bucket), Key: aws.String(m.key), UploadId: aws.String(m.uploadID),
+		})
+		return err
 	})
 	if err != nil {
 		m.s.log.Warn("abort multipart upload failed; parts may remain until a lifecycle rule removes them", "key", m.key, "upload_id", m.uploadID, "err", err)

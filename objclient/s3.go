@@ -146,8 +146,21 @@ func (f fullJitter) delay(attempt int) time.Duration {
 // server rejects the session token as expired (CASES C19: the server's
 // clock may run ahead of the advertised expiry).
 func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
+	return s.callExpiry(ctx, isExpiredToken, fn)
+}
+
+// callHead is call for HEAD requests: S3 answers a HEAD with no body, so an
+// expired token shows only as a bare 400.
+func (s *S3) callHead(ctx context.Context, fn func(context.Context) error) error {
+	return s.callExpiry(ctx, func(err error) bool {
+		code, status := apiCode(err)
+		return isExpiredToken(err) || status == http.StatusBadRequest && (code == "" || code == "BadRequest")
+	}, fn)
+}
+
+func (s *S3) callExpiry(ctx context.Context, expired func(error) bool, fn func(context.Context) error) error {
 	err := fn(ctx)
-	if err != nil && isExpiredToken(err) && s.creds != nil && ctx.Err() == nil {
+	if err != nil && expired(err) && s.creds != nil && ctx.Err() == nil {
 		s.log.Info("credentials rejected as expired; refreshing and retrying once")
 		s.creds.Invalidate()
 		err = fn(ctx)
@@ -172,7 +185,7 @@ func (s *S3) CheckBucket(ctx context.Context) error {
 // Stat implements Store with HeadObject.
 func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	var out *s3.HeadObjectOutput
-	err := s.call(ctx, func(ctx context.Context) error {
+	err := s.callHead(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(key)})
 		return err
@@ -268,7 +281,12 @@ func (s *S3) ListUploads(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(s.opts.Bucket), Prefix: aws.String(prefix)}
 	for {
-		out, err := s.client.ListMultipartUploads(ctx, in)
+		var out *s3.ListMultipartUploadsOutput
+		err := s.call(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListMultipartUploads(ctx, in)
+			return err
+		})
 		if err != nil {
 			return nil, normalise(ctx, "list uploads", prefix, err)
 		}
@@ -349,23 +367,24 @@ func (s *S3) copyMultipart(ctx context.Context, info ObjectInfo, dst string) (Ob
 	if need := (info.Size + maxParts - 1) / maxParts; need > partSize {
 		partSize = need
 	}
-	create, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
-		Bucket: aws.String(s.opts.Bucket), Key: aws.String(dst),
-		ContentType: nilIfEmpty(info.ContentType), Metadata: info.Metadata,
-	})
+	mu, err := s.createMultipart(ctx, dst, PutOptions{ContentType: info.ContentType, Metadata: info.Metadata})
 	if err != nil {
-		return ObjectInfo{}, normalise(ctx, "copy", info.Key, err)
+		return ObjectInfo{}, err
 	}
-	mu := &multipart{s: s, key: dst, uploadID: aws.ToString(create.UploadId)}
 	var parts []types.CompletedPart
 	for off, n := int64(0), int32(1); off < info.Size; off, n = off+partSize, n+1 {
 		end := min(off+partSize, info.Size) - 1
-		out, err := s.client.UploadPartCopy(ctx, &s3.UploadPartCopyInput{
-			Bucket: aws.String(s.opts.Bucket), Key: aws.String(dst),
-			UploadId: create.UploadId, PartNumber: aws.Int32(n),
-			CopySource:        aws.String(s.copySource(info.Key)),
-			CopySourceIfMatch: aws.String(info.ETag),
-			CopySourceRange:   aws.String(fmt.Sprintf("bytes=%d-%d", off, end)),
+		var out *s3.UploadPartCopyOutput
+		err := s.call(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = s.client.UploadPartCopy(ctx, &s3.UploadPartCopyInput{
+				Bucket: aws.String(s.opts.Bucket), Key: aws.String(dst),
+				UploadId: aws.String(mu.uploadID), PartNumber: aws.Int32(n),
+				CopySource:        aws.String(s.copySource(info.Key)),
+				CopySourceIfMatch: aws.String(info.ETag),
+				CopySourceRange:   aws.String(fmt.Sprintf("bytes=%d-%d", off, end)),
+			})
+			return err
 		})
 		if err != nil {
 			mu.abort(ctx)
