@@ -1,0 +1,65 @@
+// Package prefetch turns positional reads of immutable object versions into
+// as few, as large and as early range GETs as the access pattern allows,
+// inside one global memory budget.
+//
+// # Concepts
+//
+// A [Manager] serves every open handle of a mount. [Manager.Open] returns one
+// [Reader] per handle; [Reader.ReadAt] is safe for concurrent use, because the
+// kernel issues parallel, slightly out-of-order reads on one file.
+//
+// Bytes live in extents: byte ranges of one object version (key, ETag) held
+// in one buffer from an [Allocator]. An extent never crosses a part boundary
+// (multiples of [Options.PartSize]); extents of a part never overlap. The
+// extents form a block cache shared by all Readers, so many readers of a hot
+// file share bytes, and concurrent misses on one range make one GET (the
+// in-flight extent is registered before the GET starts and later readers wait
+// on it).
+//
+// Each Reader tracks several streams (cursors, [Options.Streams]). A read that lands near a
+// stream's cursor (up to 256 KiB behind or 512 KiB ahead, the disorder that
+// Linux async readahead produces) continues it; a stream that starts at
+// offset 0, or a random stream that reads on past its start by at least
+// [Options.RandomGranularity] bytes, is sequential. A sequential
+// stream keeps a read-ahead window filled: it starts at
+// [Options.InitialWindow] (a small first GET, for a fast first byte) and
+// doubles each time the reader consumes half of it, up to
+// [Options.MaxWindow]; the window is fetched in pieces of at most one part by
+// up to [Options.MaxConcurrency] concurrent GETs per Reader, ahead of the
+// reader. Any other read is random: it fetches the request rounded out to
+// [Options.RandomGranularity], never a window, so tail reads of zip, parquet
+// or HDF5 files stay cheap. Objects of at most [Options.SmallFileSize] bytes
+// are fetched whole on the first read, in one GET.
+//
+// # Memory budget
+//
+// [Options.MaxMemory] bounds every byte the package holds: extents being
+// fetched and extents cached. A reader's own (demand) read may evict any
+// cached extent no one is copying from and, if everything is in flight,
+// waits until a fetch completes; it never waits on itself, so it cannot
+// deadlock. Read-ahead and epoch pre-reading only evict extents that were
+// already read, and are skipped when the budget is tight (or when a demand
+// read is waiting). The cache is the package's own two-list LRU rather than
+// ristretto: ristretto admits and evicts asynchronously and may drop a Set,
+// which makes an exact byte budget and a safe Free of a buffer a reader may
+// still be copying from hard to guarantee; here eviction, reference counts
+// and the budget change under one mutex.
+//
+// # Epoch pre-reading
+//
+// A training epoch reads every file of a directory once, in a shuffled
+// order. [Manager.NoteDir] tells the Manager a directory's files. When
+// [Options.EpochTrigger] distinct files of one directory have been read whole
+// in quick succession, a pre-reader fetches the directory's files that have
+// not been read this epoch, whole, with [Options.EpochConcurrency] GETs in
+// flight and within [Options.EpochMemory] bytes, so the next Open finds its
+// bytes in memory. Pre-read files are held until read once; the pre-reader
+// stops when no file of the directory was opened for [Options.EpochIdle],
+// and a new epoch begins when every file was read or a file is read again.
+//
+// # Locking
+//
+// Lock order: Reader.mu before Manager.mu. Manager.mu guards the cache index,
+// the LRU lists, the budget and the epoch state; it is never held across a
+// GET, a wait or an Allocator call other than Free.
+package prefetch

@@ -1,0 +1,217 @@
+package prefetch
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// dirState is the epoch state of one directory. Guarded by Manager.mu.
+type dirState struct {
+	dir     string
+	files   []File
+	index   map[string]int  // key -> position in files
+	read    map[string]bool // keys read whole this epoch
+	issued  map[string]bool // keys pre-read (or found cached) this epoch
+	order   []int           // this epoch's pre-read order (a permutation of files)
+	pos     int             // next position in order
+	streak  int             // distinct whole reads in quick succession
+	last    time.Time       // last open or whole read of a file of dir
+	running bool            // a pre-reader goroutine runs
+	held    []*extent       // pre-read extents that may still be held
+	epochs  int             // epochs begun
+}
+
+// dirOf is the directory prefix of key, including the trailing "/" ("" at
+// the root).
+func dirOf(key string) string {
+	return key[:strings.LastIndexByte(key, '/')+1]
+}
+
+// NoteDir tells the Manager the files directly under dir (a key prefix
+// ending in "/", or "" for the root), as a listing returned them; it
+// enables epoch pre-reading of that directory. Calling it again replaces
+// the list and keeps the epoch's progress.
+func (m *Manager) NoteDir(dir string, files []File) {
+	if m.o.EpochTrigger < 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	d := m.dirs[dir]
+	if d == nil {
+		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}}
+		m.dirs[dir] = d
+	}
+	d.files = slices.Clone(files)
+	d.index = make(map[string]int, len(files))
+	for i, f := range d.files {
+		d.index[f.Key] = i
+	}
+	d.order = rand.Perm(len(d.files))
+	d.pos = 0
+}
+
+func (d *dirState) newEpoch() {
+	d.read = map[string]bool{}
+	d.issued = map[string]bool{}
+	d.order = rand.Perm(len(d.files))
+	d.pos = 0
+	d.epochs++
+}
+
+func (m *Manager) activeLocked(d *dirState, now time.Time) bool {
+	return d.streak >= m.o.EpochTrigger && now.Sub(d.last) < m.o.EpochIdle
+}
+
+// touchLocked records activity in d at now; a pause longer than EpochIdle
+// ends the streak.
+func (m *Manager) touchLocked(d *dirState, now time.Time) {
+	if now.Sub(d.last) >= m.o.EpochIdle {
+		d.streak = 0
+	}
+	d.last = now
+}
+
+// noteOpenLocked records an Open.
+func (m *Manager) noteOpenLocked(f File) {
+	d := m.dirs[dirOf(f.Key)]
+	if d == nil {
+		return
+	}
+	if _, ok := d.index[f.Key]; !ok {
+		return
+	}
+	now := time.Now()
+	m.touchLocked(d, now)
+	m.maybeStartLocked(d, now)
+}
+
+// noteWholeRead records that a handle read all of f.
+func (m *Manager) noteWholeRead(f File) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.dirs[dirOf(f.Key)]
+	if d == nil {
+		return
+	}
+	if _, ok := d.index[f.Key]; !ok {
+		return
+	}
+	now := time.Now()
+	m.touchLocked(d, now)
+	if d.read[f.Key] {
+		d.newEpoch() // read again: a new epoch began
+	}
+	d.read[f.Key] = true
+	d.streak++
+	if len(d.read) >= len(d.files) {
+		d.newEpoch()
+	}
+	m.maybeStartLocked(d, now)
+}
+
+func (m *Manager) maybeStartLocked(d *dirState, now time.Time) {
+	if d.running || m.closed || d.pos >= len(d.order) || !m.activeLocked(d, now) {
+		return
+	}
+	d.running = true
+	m.st.epochStarts.Add(1)
+	m.wg.Add(1)
+	go m.preRead(d)
+}
+
+// nextCandidateLocked returns the next file of d to pre-read this epoch.
+func (m *Manager) nextCandidateLocked(d *dirState) (File, bool) {
+	for ; d.pos < len(d.order); d.pos++ {
+		f := d.files[d.order[d.pos]]
+		if d.read[f.Key] || d.issued[f.Key] || f.Size <= 0 || f.Size > m.o.EpochFileSize {
+			continue
+		}
+		return f, true
+	}
+	return File{}, false
+}
+
+// preRead fetches d's unread files while the epoch pattern lasts.
+func (m *Manager) preRead(d *dirState) {
+	defer m.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for {
+		now := time.Now()
+		if m.closed || !m.activeLocked(d, now) {
+			// The pattern stopped: let the cache evict what nobody read.
+			for _, e := range d.held {
+				m.demoteLocked(e)
+			}
+			d.held = nil
+			d.running = false
+			return
+		}
+		if m.epochInFlight < m.o.EpochConcurrency {
+			f, ok := m.nextCandidateLocked(d)
+			if !ok {
+				d.running = false // all pre-read; the next epoch restarts it
+				return
+			}
+			if m.startPreReadLocked(d, f) {
+				continue
+			}
+		}
+		// Wait for memory or a GET slot, and recheck the pattern now and then.
+		ch := m.wake
+		m.waiting++
+		m.mu.Unlock()
+		timer.Reset(max(m.o.EpochIdle/4, time.Millisecond))
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-m.ctx.Done():
+		}
+		timer.Stop()
+		m.mu.Lock()
+		m.waiting--
+	}
+}
+
+// startPreReadLocked starts fetching f whole, or marks it issued when it is
+// cached already; false means the budget has no room now.
+func (m *Manager) startPreReadLocked(d *dirState, f File) bool {
+	fk := fileKey{f.Key, f.ETag}
+	fs := m.fileLocked(fk)
+	defer m.forgetFileLocked(fs)
+	if e, _, _ := fs.find(0, m.o.PartSize); e != nil {
+		d.issued[f.Key] = true // cached or being read already
+		d.pos++
+		return true
+	}
+	_, _, gapEnd := fs.find(0, m.o.PartSize)
+	if gapEnd < f.Size {
+		d.issued[f.Key] = true // partly cached: leave it to its reader
+		d.pos++
+		return true
+	}
+	if !m.tryReserveLocked(f.Size, true) {
+		m.st.epochSkipped.Add(1)
+		return false
+	}
+	e := m.newExtentLocked(fk, span{0, f.Size}, originEpoch, nil, false)
+	e.held = true
+	m.epochHeld += f.Size
+	m.epochInFlight++
+	m.st.epochFiles.Add(1)
+	if len(d.held) >= 2*len(d.files)+64 {
+		d.held = slices.DeleteFunc(d.held, func(x *extent) bool { return !x.held })
+	}
+	d.held = append(d.held, e)
+	d.issued[f.Key] = true
+	d.pos++
+	return true
+}
