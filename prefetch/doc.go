@@ -45,6 +45,30 @@
 // still be copying from hard to guarantee; here eviction, reference counts
 // and the budget change under one mutex.
 //
+// Block buffers come from an [Allocator]. The default, [MmapAllocator],
+// maps them outside the Go heap and unmaps them on eviction, so the
+// process's resident memory follows the budget at once instead of waiting
+// for the garbage collector (which lets a heap of Go slices grow to about
+// twice the live bytes): reading 1 GiB through a 256 MiB budget peaks at
+// about 275 MiB RSS with it, against about 520 MiB with Go slices and 330
+// MiB with Go slices under debug.SetMemoryLimit. Blocks under
+// [MmapOptions.MinSize] (64 KiB) still come from the heap, so a daemon
+// should also call debug.SetMemoryLimit([MemoryLimitFor](budget)).
+// A buffer passed to a [Reader.View] callback holds a reference on its
+// extent and is not freed (unmapped) before the callback returns, even if
+// the extent is evicted, invalidated or the Manager closed meanwhile.
+//
+// # Disk cache fill
+//
+// With [Options.DiskCache] set, a file that a handle has read whole, whose
+// bytes are all still cached, is copied from memory to the disk cache in the
+// background ([Options.DiskCacheConcurrency] copies at most; a file read
+// whole while that many run is skipped; files over
+// [Options.DiskCacheMaxFile] are never copied). The copy holds a reference
+// on one extent at a time; if an extent is evicted before the copy reaches
+// it, the Put fails and leaves nothing. [Manager.Invalidate] removes the key
+// from the disk cache too, again after a copy that raced with it.
+//
 // # Epoch pre-reading
 //
 // A training epoch reads every file of a directory once, in a shuffled
@@ -59,7 +83,8 @@
 //
 // # Locking
 //
-// Lock order: Reader.mu before Manager.mu. Manager.mu guards the cache index,
-// the LRU lists, the budget and the epoch state; it is never held across a
-// GET, a wait or an Allocator call other than Free.
+// Lock order: Reader.mu before Manager.mu before MmapAllocator.mu.
+// Manager.mu guards the cache index, the LRU lists, the budget, the epoch
+// state and the disk-cache copies in progress; it is never held across a
+// GET, a wait, a DiskCache call or an Allocator call other than Free.
 package prefetch

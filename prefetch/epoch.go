@@ -166,7 +166,7 @@ func (m *Manager) preRead(d *dirState) {
 			}
 		}
 		// Wait for memory or a GET slot, and recheck the pattern now and then.
-		ch := m.wake
+		ch := m.waitChanLocked()
 		m.waiting++
 		m.mu.Unlock()
 		timer.Reset(max(m.o.EpochIdle/4, time.Millisecond))

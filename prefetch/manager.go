@@ -11,14 +11,15 @@ import (
 // Manager owns the block cache, the memory budget and the epoch
 // pre-readers of one mount. All methods are safe for concurrent use.
 type Manager struct {
-	o      Options
-	log    *slog.Logger
-	maxWin int64 // effective window cap, bytes
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine started by the Manager or its Readers
-	st     counters       // atomics, no lock
-	unreg  func()         // unregisters metrics
+	o        Options
+	log      *slog.Logger
+	maxWin   int64 // effective window cap, bytes
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine started by the Manager or its Readers
+	st       counters       // atomics, no lock
+	unreg    func()         // unregisters metrics
+	ownAlloc *MmapAllocator // the default allocator, closed by Close (nil: Options.Alloc was given)
 
 	mu            sync.Mutex // guards every field below, and the Manager-guarded fields of extent, fileState, Reader and dirState
 	closed        bool
@@ -29,9 +30,11 @@ type Manager struct {
 	waiting       int                              // goroutines waiting on wake
 	demandWaiters int                              // of which demand reads (read-ahead yields to them)
 	wake          chan struct{}                    // closed and replaced when memory may have become available
+	wakeArmed     bool                             // a goroutine waits on the current wake (else signalling is a no-op)
 	epochHeld     int64                            // bytes of pre-read files not yet read
 	epochInFlight int                              // pre-read GETs in flight
 	dirs          map[string]*dirState             // NoteDir'd directories by prefix
+	diskFills     map[string]*diskFill             // copies to Options.DiskCache in progress, by key
 }
 
 // New validates o and returns a Manager. The Manager starts no goroutine
@@ -41,16 +44,25 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	var own *MmapAllocator
+	if o.Alloc == nil {
+		if own, err = NewMmapAllocator(MmapOptions{}); err != nil {
+			return nil, err
+		}
+		o.Alloc = own
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		o:      o,
-		log:    o.Logger,
-		maxWin: o.effectiveMaxWindow(),
-		ctx:    ctx,
-		cancel: cancel,
-		files:  map[string]map[string]*fileState{},
-		wake:   make(chan struct{}),
-		dirs:   map[string]*dirState{},
+		ownAlloc:  own,
+		o:         o,
+		log:       o.Logger,
+		maxWin:    o.effectiveMaxWindow(),
+		ctx:       ctx,
+		cancel:    cancel,
+		files:     map[string]map[string]*fileState{},
+		wake:      make(chan struct{}),
+		dirs:      map[string]*dirState{},
+		diskFills: map[string]*diskFill{},
 	}
 	if err := m.registerMetrics(o.Registerer); err != nil {
 		cancel()
@@ -85,13 +97,18 @@ func (m *Manager) Open(f File) *Reader {
 	return r
 }
 
-// Invalidate drops every cached byte of key (all versions). Fetches in
-// flight finish for their current waiters but are not kept.
+// Invalidate drops every cached byte of key (all versions), and key's
+// entries in Options.DiskCache. Fetches in flight finish for their current
+// waiters but are not kept.
 func (m *Manager) Invalidate(key string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, fs := range m.files[key] {
 		m.dropFileLocked(fs)
+	}
+	m.invalidateDiskLocked(key)
+	m.mu.Unlock()
+	if m.o.DiskCache != nil {
+		m.o.DiskCache.Remove(key)
 	}
 }
 
@@ -107,6 +124,7 @@ func (m *Manager) Close() {
 	m.closed = true
 	close(m.wake)
 	m.wake = make(chan struct{})
+	m.wakeArmed = false
 	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
@@ -117,6 +135,11 @@ func (m *Manager) Close() {
 		}
 	}
 	m.mu.Unlock()
+	if m.ownAlloc != nil {
+		// Extents a Reader still copies from are freed (unmapped) when it
+		// releases them.
+		m.ownAlloc.Close()
+	}
 	if m.unreg != nil {
 		m.unreg()
 	}
@@ -264,12 +287,21 @@ func (m *Manager) keepFreshLocked(e *extent) bool {
 	return true
 }
 
-// signalLocked wakes every goroutine waiting for memory.
+// signalLocked wakes every goroutine waiting for memory. Several signals
+// before the woken goroutines run close one channel: a goroutine that
+// waits again takes the new channel and arms it.
 func (m *Manager) signalLocked() {
-	if m.waiting > 0 {
+	if m.waiting > 0 && m.wakeArmed {
 		close(m.wake)
 		m.wake = make(chan struct{})
+		m.wakeArmed = false
 	}
+}
+
+// waitChanLocked returns the channel to wait on for the next signal.
+func (m *Manager) waitChanLocked() <-chan struct{} {
+	m.wakeArmed = true
+	return m.wake
 }
 
 // unrefLocked drops one reference; the last one frees a dropped extent.
@@ -411,7 +443,7 @@ func (m *Manager) reserveDemandLocked(ctx context.Context, n int64) (waited bool
 		}
 		waited = true
 		m.st.budgetWaits.Add(1)
-		ch := m.wake
+		ch := m.waitChanLocked()
 		m.waiting++
 		m.demandWaiters++
 		m.mu.Unlock()

@@ -45,7 +45,8 @@ type Allocator interface {
 // objclient.Store is a Getter.
 var _ Getter = objclient.Store(nil)
 
-// heapAlloc is the default Allocator: plain Go slices left to the GC.
+// heapAlloc is an Allocator of plain Go slices left to the GC (used by
+// tests and measurements).
 type heapAlloc struct{}
 
 var _ Allocator = heapAlloc{}
@@ -115,7 +116,22 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the package's metrics (nil: none).
 	Registerer prometheus.Registerer
-	// Alloc provides block buffers (nil: Go slices).
+	// DiskCache, when set, receives a copy of every file of at most
+	// DiskCacheMaxFile bytes that a handle read whole while all its bytes
+	// were still cached, in the background; Invalidate also removes the
+	// key from it (nil: no disk cache; pass a nil interface, not a nil
+	// *diskcache.Cache).
+	DiskCache DiskCache
+	// DiskCacheMaxFile: larger files are not copied to DiskCache, in bytes
+	// (default 64 MiB).
+	DiskCacheMaxFile int64
+	// DiskCacheConcurrency caps copies to DiskCache in progress; a file
+	// read whole while that many run is not copied (default 2).
+	DiskCacheConcurrency int
+
+	// Alloc provides block buffers (nil: an MmapAllocator with default
+	// MmapOptions, owned and closed by the Manager, so freed blocks go back
+	// to the kernel at once; Go slices where mmap is not supported).
 	Alloc Allocator
 }
 
@@ -154,6 +170,7 @@ func (o Options) withDefaults() (Options, error) {
 		"EpochMemory": o.EpochMemory, "EpochFileSize": o.EpochFileSize,
 		"MaxConcurrency": int64(o.MaxConcurrency), "Streams": int64(o.Streams),
 		"EpochConcurrency": int64(o.EpochConcurrency), "EpochIdle": int64(o.EpochIdle),
+		"DiskCacheMaxFile": o.DiskCacheMaxFile, "DiskCacheConcurrency": int64(o.DiskCacheConcurrency),
 	} {
 		if v < 0 {
 			return o, invalid("%s must not be negative, got %d", name, v)
@@ -185,6 +202,8 @@ func (o Options) withDefaults() (Options, error) {
 	defi(&o.Streams, DefaultStreams)
 	defi(&o.EpochTrigger, DefaultEpochTrigger)
 	defi(&o.EpochConcurrency, DefaultEpochConcurrency)
+	def(&o.DiskCacheMaxFile, DefaultDiskCacheMaxFile)
+	defi(&o.DiskCacheConcurrency, DefaultDiskCacheConcurrency)
 	if o.EpochIdle == 0 {
 		o.EpochIdle = DefaultEpochIdle
 	}
@@ -211,9 +230,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Alloc == nil {
-		o.Alloc = heapAlloc{}
 	}
 	return o, nil
 }

@@ -267,6 +267,7 @@ func (r *Reader) noteRead(n int64) {
 	r.mu.Unlock()
 	if whole {
 		r.m.noteWholeRead(r.f)
+		r.m.offerDisk(r.f)
 	}
 }
 

@@ -24,6 +24,9 @@ type counters struct {
 	epochFiles    atomic.Int64
 	epochSkipped  atomic.Int64
 	epochHitOpens atomic.Int64
+	diskPuts      atomic.Int64
+	diskErrors    atomic.Int64
+	diskSkipped   atomic.Int64
 }
 
 // Stats is a snapshot of a Manager's counters and gauges. Byte fields are
@@ -55,6 +58,11 @@ type Stats struct {
 	// EpochHitOpens: handles whose first read found pre-read bytes.
 	EpochStarts, EpochFiles, EpochSkipped, EpochHeld, EpochHitOpens int64
 	EpochRunning                                                    int
+	// DiskPuts: files copied to Options.DiskCache; DiskPutErrors: copies
+	// that failed (a Put error, or bytes evicted during the copy);
+	// DiskSkipped: files read whole but not copied because bytes were no
+	// longer cached or DiskCacheConcurrency copies ran.
+	DiskPuts, DiskPutErrors, DiskSkipped int64
 }
 
 // Stats returns a snapshot of the Manager's counters.
@@ -77,6 +85,9 @@ func (m *Manager) Stats() Stats {
 		EpochFiles:     c.epochFiles.Load(),
 		EpochSkipped:   c.epochSkipped.Load(),
 		EpochHitOpens:  c.epochHitOpens.Load(),
+		DiskPuts:       c.diskPuts.Load(),
+		DiskPutErrors:  c.diskErrors.Load(),
+		DiskSkipped:    c.diskSkipped.Load(),
 		MaxMemory:      m.o.MaxMemory,
 	}
 	s.Requests = s.DemandRequests + s.AheadRequests + s.EpochRequests
@@ -123,6 +134,8 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) error {
 		counter("readahead_skipped_total", "Read-ahead pieces not started for lack of memory.", c.aheadSkipped.Load),
 		counter("epoch_files_total", "Files pre-read by epoch pre-reading.", c.epochFiles.Load),
 		counter("epoch_hit_opens_total", "Handles whose first read found pre-read bytes.", c.epochHitOpens.Load),
+		counter("disk_puts_total", "Files copied from memory to the disk cache.", c.diskPuts.Load),
+		counter("disk_put_errors_total", "Copies to the disk cache that failed.", c.diskErrors.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "os2g", Subsystem: "prefetch", Name: "budget_in_use_bytes",
 			Help: "Bytes of the memory budget in use (in flight + cached)."},
 			func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.inUse) }),
