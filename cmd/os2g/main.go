@@ -1,0 +1,35 @@
+// Command os2g mounts an S3-compatible bucket as a POSIX directory for
+// deep-learning training and uploads local trees into buckets.
+//
+// Usage:
+//
+//	os2g mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT
+//	os2g umount [-z] MOUNTPOINT
+//	os2g upload [flags] LOCALDIR s3://BUCKET[/PREFIX]
+//	os2g version
+//
+// Run "os2g help COMMAND" or "os2g COMMAND --help" for each command's flags.
+// The work is done by package github.com/os2g/os2g/internal/cli; this file
+// only hands it the process environment.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/os2g/os2g/internal/cli"
+)
+
+// version is set at link time: go build -ldflags "-X main.version=v0.1.0".
+// Empty means "take it from the module's build information".
+var version string
+
+func main() {
+	os.Exit(cli.Main(context.Background(), cli.Env{
+		Args:    os.Args[1:],
+		Stdout:  os.Stdout,
+		Stderr:  os.Stderr,
+		Getenv:  os.Getenv,
+		Version: version,
+	}))
+}

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/os2g/os2g/objclient"
+)
+
+// S3URL is a parsed s3://BUCKET[/PREFIX] argument.
+type S3URL struct {
+	Bucket string
+	// Prefix is the key prefix, "" for the whole bucket, else ending in "/".
+	Prefix string
+}
+
+// String renders the URL back ("s3://bucket/prefix/").
+func (u S3URL) String() string { return "s3://" + u.Bucket + "/" + u.Prefix }
+
+// ParseS3URL parses s3://BUCKET, s3://BUCKET/ or s3://BUCKET/PREFIX[/].
+// A non-empty prefix always gets a trailing "/" so that it names a
+// directory (s3://b/train -> Prefix "train/").
+func ParseS3URL(s string) (S3URL, error) {
+	rest, ok := strings.CutPrefix(s, "s3://")
+	if !ok {
+		return S3URL{}, fmt.Errorf("%q is not an s3:// URL (want s3://BUCKET[/PREFIX])", s)
+	}
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if bucket == "" {
+		return S3URL{}, fmt.Errorf("%q has no bucket name (want s3://BUCKET[/PREFIX])", s)
+	}
+	if strings.ContainsAny(bucket, " ?#\\") {
+		return S3URL{}, fmt.Errorf("%q: invalid bucket name %q", s, bucket)
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return S3URL{Bucket: bucket, Prefix: prefix}, nil
+}
+
+// connFlags are the connection flags shared by mount and upload.
+type connFlags struct {
+	endpoint       string
+	region         string
+	profile        string
+	forcePathStyle bool
+	partSize       sizeFlag
+	fs             *flag.FlagSet
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	c.fs = fs
+	fs.StringVar(&c.endpoint, "endpoint-url", "", "S3 endpoint URL, e.g. http://127.0.0.1:7070 (default: $AWS_ENDPOINT_URL, else AWS)")
+	fs.StringVar(&c.region, "region", "", "region (default: $AWS_REGION or the profile's, else us-east-1)")
+	fs.StringVar(&c.profile, "profile", "", "shared config/credentials profile (default: $AWS_PROFILE or default)")
+	fs.BoolVar(&c.forcePathStyle, "force-path-style", false, "path-style addressing (endpoint/bucket/key); defaults to true when an endpoint URL is given (flag or $AWS_ENDPOINT_URL), pass --force-path-style=false for virtual-hosted style")
+	fs.Var(&c.partSize, "part-size", "size of ranged GETs and of multipart upload parts, e.g. 8MiB (default: each layer's own, 8 MiB)")
+}
+
+// wasSet reports whether the named flag was given on the command line.
+func wasSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// endpointInUse is the endpoint the SDK will talk to, for messages.
+func (c *connFlags) endpointInUse(e Env) string {
+	switch {
+	case c.endpoint != "":
+		return c.endpoint
+	case e.getenv("AWS_ENDPOINT_URL_S3") != "":
+		return e.getenv("AWS_ENDPOINT_URL_S3")
+	case e.getenv("AWS_ENDPOINT_URL") != "":
+		return e.getenv("AWS_ENDPOINT_URL")
+	}
+	return ""
+}
+
+// options builds the objclient.Options for bucket. Credentials are left to
+// the SDK's default chain.
+func (c *connFlags) options(e Env, bucket string, log *slog.Logger) (objclient.Options, error) {
+	if c.endpoint != "" {
+		u, err := url.Parse(c.endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return objclient.Options{}, usageErr("--endpoint-url %q is not an http:// or https:// URL", c.endpoint)
+		}
+	}
+	pathStyle := c.forcePathStyle
+	if !wasSet(c.fs, "force-path-style") && c.endpointInUse(e) != "" {
+		pathStyle = true
+	}
+	return objclient.Options{
+		Bucket:         bucket,
+		Region:         c.region,
+		Endpoint:       c.endpoint,
+		Profile:        c.profile,
+		ForcePathStyle: pathStyle,
+		PartSize:       c.partSize.v,
+		Logger:         log,
+	}, nil
+}
+
+// describeStoreErr turns a CheckBucket/objclient error into the one-line
+// message a user can act on. It never includes credentials.
+func describeStoreErr(err error, bucket, endpoint string) string {
+	where := endpoint
+	if where == "" {
+		where = "AWS S3"
+	}
+	switch {
+	case errors.Is(err, objclient.ErrNoSuchBucket):
+		return fmt.Sprintf("bucket %q does not exist at %s", bucket, where)
+	case errors.Is(err, objclient.ErrInvalidCredentials):
+		return fmt.Sprintf("%s rejected the credentials for bucket %q (unknown access key or wrong secret); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile", where, bucket)
+	case errors.Is(err, objclient.ErrAccessDenied):
+		return fmt.Sprintf("access to bucket %q denied by %s (wrong credentials, or no permission on the bucket)", bucket, where)
+	case errors.Is(err, objclient.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		cause := oneLine(err.Error())
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			cause = oe.Error()
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			cause = "no answer in time"
+		}
+		return fmt.Sprintf("cannot reach the object store at %s: %s", where, cause)
+	case errors.Is(err, objclient.ErrThrottled):
+		return fmt.Sprintf("%s keeps throttling requests for bucket %q: %s", where, bucket, oneLine(err.Error()))
+	}
+	return fmt.Sprintf("checking bucket %q at %s: %s", bucket, where, oneLine(err.Error()))
+}

@@ -1,0 +1,365 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/os2g/os2g/fusefs"
+	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/prefetch"
+)
+
+const mountUsage = `Usage: os2g mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT
+
+Mounts the bucket (or the part of it under PREFIX/) at MOUNTPOINT, an existing
+empty directory. By default os2g returns once the mount is live and keeps
+serving it from a background daemon; "os2g umount MOUNTPOINT" (or
+"fusermount3 -u MOUNTPOINT") unmounts it and ends the daemon, as does SIGTERM
+or SIGINT to the daemon. With --foreground it serves in the calling process
+until unmounted or interrupted.
+
+The bucket is checked (one LIST) before anything is mounted: a missing bucket,
+rejected credentials or an unreachable endpoint fail with a one-line message
+and exit status 1, and nothing is left mounted.
+
+Sizes accept suffixes: 512MiB, 2GiB, 8M (powers of 1024) or 100MB (powers of 1000).
+`
+
+// mountFlags holds the parsed flags of "os2g mount".
+type mountFlags struct {
+	conn        connFlags
+	readOnly    bool
+	allowOther  bool
+	immutable   bool
+	foreground  bool
+	debug       bool
+	nonempty    bool
+	uid, gid    uint
+	fileMode    modeFlag
+	dirMode     modeFlag
+	metadataTTL time.Duration
+	negativeTTL time.Duration
+	maxMemory   sizeFlag
+	logFile     string
+	metricsAddr string
+	gdd         gddFlags
+}
+
+func (m *mountFlags) register(fs *flag.FlagSet) {
+	m.conn.register(fs)
+	m.fileMode.v, m.dirMode.v = 0o644, 0o755
+	fs.BoolVar(&m.readOnly, "read-only", false, "mount read-only: every write fails with EROFS")
+	fs.BoolVar(&m.allowOther, "allow-other", false, "let other users access the mount (non-root needs user_allow_other in /etc/fuse.conf)")
+	fs.BoolVar(&m.immutable, "immutable", false, "the bucket does not change while mounted (datasets): metadata and page cache are kept forever")
+	fs.BoolVar(&m.foreground, "foreground", false, "serve in this process instead of a background daemon")
+	fs.BoolVar(&m.debug, "debug", false, "debug logging, including every FUSE request")
+	fs.BoolVar(&m.nonempty, "nonempty", false, "allow mounting over a non-empty directory (its contents are hidden while mounted)")
+	fs.UintVar(&m.uid, "uid", uint(os.Getuid()), "owner uid of every file and directory (default: the mounting user's)")
+	fs.UintVar(&m.gid, "gid", uint(os.Getgid()), "owner gid of every file and directory (default: the mounting user's)")
+	fs.Var(&m.fileMode, "file-mode", "permission bits of files, octal")
+	fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
+	fs.DurationVar(&m.metadataTTL, "metadata-ttl", time.Minute, "how long listed names and attributes are trusted before the bucket is asked again")
+	fs.DurationVar(&m.negativeTTL, "negative-ttl", 5*time.Second, "how long a name found missing stays missing before the bucket is asked again")
+	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit))")
+	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
+	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
+	m.gdd.register(fs)
+}
+
+// daemonEnv marks a background child; its value is the readiness pipe's fd.
+const daemonEnv = "OS2G_DAEMON_READY_FD"
+
+func runMount(ctx context.Context, e Env, args []string) error {
+	var m mountFlags
+	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
+	m.register(fs)
+	pos, err := parseArgs(e, fs, mountUsage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageErr("want 2 arguments, s3://BUCKET[/PREFIX] MOUNTPOINT; got %d", len(pos))
+	}
+	u, err := ParseS3URL(pos[0])
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if m.uid > 1<<32-1 || m.gid > 1<<32-1 {
+		return usageErr("--uid and --gid must fit 32 bits")
+	}
+	if m.metadataTTL < 0 || m.negativeTTL < 0 {
+		return usageErr("--metadata-ttl and --negative-ttl must not be negative")
+	}
+	if err := m.gdd.validate(); err != nil {
+		return err
+	}
+	if _, err := m.conn.options(e, u.Bucket, nil); err != nil {
+		return err // a bad --endpoint-url, reported before any daemon starts
+	}
+	if e.getenv(daemonEnv) != "" {
+		return runDaemonChild(ctx, e, &m, u, pos[1])
+	}
+	if !m.foreground {
+		return runBackground(ctx, e, args)
+	}
+	return serveMount(ctx, e, &m, u, pos[1], nil)
+}
+
+// readyFunc is told once whether the mount is live (nil) or failed; a
+// non-nil return aborts the mount.
+type readyFunc func(err error) error
+
+// newLogger builds the daemon's logger: text to the log file or w. With
+// quiet (a background daemon without --log-file, whose stderr reaches the
+// user only until the mount is ready) info lines are left out, so a
+// successful mount prints nothing and warnings still show.
+func (m *mountFlags) newLogger(w io.Writer, quiet bool) (*slog.Logger, *os.File, error) {
+	var f *os.File
+	if m.logFile != "" {
+		var err error
+		f, err = os.OpenFile(m.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening --log-file: %w", err)
+		}
+		w = f
+	}
+	level := slog.LevelInfo
+	if quiet && f == nil {
+		level = slog.LevelWarn
+	}
+	if m.debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), f, nil
+}
+
+// serveMount checks everything, mounts, calls ready, and serves until the
+// file system is unmounted (by a signal, os2g umount or fusermount3 -u).
+// On any failure before ready nothing stays mounted.
+func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint string, ready readyFunc) (retErr error) {
+	log, logFile, err := m.newLogger(e.Stderr, ready != nil)
+	if err != nil {
+		if ready != nil {
+			return ready(err)
+		}
+		return err
+	}
+	if logFile != nil {
+		defer logFile.Close()
+	}
+	fail := func(err error) error {
+		if logFile != nil {
+			log.Error("mount failed", "err", oneLine(err.Error()))
+		}
+		if ready != nil {
+			return ready(err)
+		}
+		return err
+	}
+
+	// Signals cancel the setup and, once mounted, unmount.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+	setupCtx, cancelSetup := context.WithCancel(ctx)
+	defer cancelSetup()
+	var (
+		srvMu sync.Mutex // guards srv
+		srv   *fusefs.Server
+	)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	var mp string
+	go func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case sig := <-sigc:
+				log.Info("signal received, unmounting", "signal", sig.String())
+				cancelSetup()
+				srvMu.Lock()
+				s := srv
+				srvMu.Unlock()
+				if s != nil {
+					unmountServer(log, s, mp)
+				}
+			}
+		}
+	}()
+
+	mp, err = checkMountpoint(mountpoint, m.nonempty)
+	if err != nil {
+		return fail(err)
+	}
+	budget := m.maxMemory.v
+	if !m.maxMemory.set {
+		if budget, err = defaultMaxMemory(); err != nil {
+			return fail(fmt.Errorf("choosing the default --max-memory: %w", err))
+		}
+	}
+	if budget <= 0 {
+		return fail(usageErr("--max-memory must be positive"))
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if m.metricsAddr != "" {
+		ln, err := net.Listen("tcp", m.metricsAddr)
+		if err != nil {
+			return fail(fmt.Errorf("--metrics-addr: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+
+	endpoint := m.conn.endpointInUse(e)
+	opts, err := m.conn.options(e, u.Bucket, log)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkBucket(setupCtx, opts); err != nil {
+		if setupCtx.Err() != nil && ctx.Err() == nil {
+			return fail(errors.New("interrupted"))
+		}
+		return fail(errors.New(describeStoreErr(err, u.Bucket, endpoint)))
+	}
+	store, err := objclient.New(setupCtx, opts)
+	if err != nil {
+		return fail(fmt.Errorf("object store client: %w", err))
+	}
+	pm, err := prefetch.New(prefetch.Options{
+		Getter:     store,
+		MaxMemory:  budget,
+		PartSize:   m.conn.partSize.v,
+		Logger:     log,
+		Registerer: reg,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("prefetch: %w", err))
+	}
+	defer pm.Close()
+
+	s, err := fusefs.Mount(mp, fusefs.Options{
+		Store:       store,
+		Prefix:      u.Prefix,
+		Prefetch:    pm,
+		ReadOnly:    m.readOnly,
+		UID:         uint32(m.uid),
+		GID:         uint32(m.gid),
+		FileMode:    m.fileMode.v,
+		DirMode:     m.dirMode.v,
+		MetadataTTL: m.metadataTTL,
+		NegativeTTL: m.negativeTTL,
+		Immutable:   m.immutable,
+		AllowOther:  m.allowOther,
+		Debug:       m.debug,
+		Logger:      log,
+		PartSize:    m.conn.partSize.v,
+		FSName:      u.String(),
+	})
+	if err != nil {
+		return fail(fmt.Errorf("mounting %s: %w", mp, err))
+	}
+	srvMu.Lock()
+	srv = s
+	srvMu.Unlock()
+	abort := func(err error) error {
+		unmountServer(log, s, mp)
+		s.Wait()
+		return fail(err)
+	}
+	if setupCtx.Err() != nil {
+		return abort(errors.New("interrupted"))
+	}
+	if st, err := os.Stat(mp); err != nil || !st.IsDir() {
+		return abort(fmt.Errorf("mount at %s did not come up: %v", mp, err))
+	}
+	stopGDD, err := startGDD(&m.gdd, store, mp, u.Prefix, log)
+	if err != nil {
+		return abort(fmt.Errorf("--gdd-socket: %w", err))
+	}
+	defer stopGDD()
+
+	mode := "read-write"
+	if m.readOnly {
+		mode = "read-only"
+	}
+	if ready != nil {
+		if err := ready(nil); err != nil {
+			unmountServer(log, s, mp)
+			s.Wait()
+			return err
+		}
+	}
+	// After ready: a background daemon's stderr is the log file (or
+	// nothing) by now, so a successful mount prints nothing.
+	log.Info("mounted", "source", u.String(), "mountpoint", mp, "mode", mode, "endpoint", endpoint,
+		"max_memory", FormatSize(budget), "immutable", m.immutable, "pid", os.Getpid())
+	s.Wait()
+	log.Info("unmounted", "mountpoint", mp)
+	return nil
+}
+
+// checkBucket verifies bucket, endpoint and credentials with a client that
+// gives up quickly (3 attempts, at most 30 s), so a wrong endpoint is
+// reported in seconds rather than after the data path's long retries.
+func checkBucket(ctx context.Context, opts objclient.Options) error {
+	probe := opts
+	probe.MaxAttempts = 3
+	probe.RetryMaxDelay = time.Second
+	probe.RequestTimeout = 10 * time.Second
+	probe.StallTimeout = 10 * time.Second
+	probe.Logger = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := objclient.New(ctx, probe)
+	if err != nil {
+		return err
+	}
+	return c.CheckBucket(ctx)
+}
+
+// unmountServer unmounts s; if the mount is busy it detaches it lazily
+// (fusermount3 -uz), after which the kernel ends the session once the last
+// open file is closed and s.Wait returns.
+func unmountServer(log *slog.Logger, s *fusefs.Server, mp string) {
+	err := s.Unmount()
+	if err == nil {
+		return
+	}
+	log.Warn("unmount failed, detaching lazily", "mountpoint", mp, "err", err)
+	if out, err := exec.Command(fusermountBin(), "-u", "-z", mp).CombinedOutput(); err != nil {
+		log.Error("lazy unmount failed", "mountpoint", mp, "err", err, "output", oneLine(string(out)))
+	}
+}
+
+// fusermountBin is fusermount3 if installed, else fusermount.
+func fusermountBin() string {
+	for _, b := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p
+		}
+	}
+	return "fusermount3"
+}

@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// errStaleMount: the mount point is a FUSE mount whose daemon is gone.
+var errStaleMount = errors.New("stale mount")
+
+func staleErr(mp string) error {
+	return fmt.Errorf("mount point %s is a stale FUSE mount left by a daemon that died (transport endpoint is not connected); clear it with: fusermount3 -u %s%w", mp, mp, silent{errStaleMount})
+}
+
+// silent wraps an error so that it matches with errors.Is but adds no text.
+type silent struct{ err error }
+
+func (s silent) Error() string { return "" }
+func (s silent) Unwrap() error { return s.err }
+
+// mountEntry is one line of /proc/self/mounts.
+type mountEntry struct {
+	Source, Target, FSType, Options string
+}
+
+// readMounts parses a mounts table (the format of /proc/self/mounts, with
+// octal escapes such as \040 for a space).
+func readMounts(r io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 {
+			continue
+		}
+		out = append(out, mountEntry{Source: unescapeMount(f[0]), Target: unescapeMount(f[1]), FSType: f[2], Options: f[3]})
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes the kernel's octal escaping of " \t\n\\" in mount tables.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountAt returns the last (topmost) mount whose target is path, if any.
+func mountAt(path string) (mountEntry, bool) {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return mountEntry{}, false
+	}
+	defer f.Close()
+	ms, _ := readMounts(f)
+	var found mountEntry
+	ok := false
+	for _, m := range ms {
+		if m.Target == path {
+			found, ok = m, true
+		}
+	}
+	return found, ok
+}
+
+// IsMounted reports whether path (absolute, clean) is the target of a mount
+// in /proc/self/mounts.
+func IsMounted(path string) bool {
+	_, ok := mountAt(path)
+	return ok
+}
+
+// checkMountpoint validates a mount point and returns its absolute path: it
+// must exist, be a directory, not be a FUSE mount already (live or stale),
+// and be empty unless nonempty is set.
+func checkMountpoint(mp string, nonempty bool) (string, error) {
+	abs, err := filepath.Abs(mp)
+	if err != nil {
+		return "", fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED):
+		return "", staleErr(abs)
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("mount point %s does not exist (create it with: mkdir -p %s)", abs, abs)
+	case errors.Is(err, os.ErrPermission):
+		return "", fmt.Errorf("mount point %s: permission denied", abs)
+	case err != nil:
+		return "", fmt.Errorf("mount point %s: %w", abs, err)
+	case !st.IsDir():
+		return "", fmt.Errorf("mount point %s is not a directory", abs)
+	}
+	// Resolve symlinks so the /proc/self/mounts comparison sees the kernel's path.
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	if m, ok := mountAt(abs); ok && strings.HasPrefix(m.FSType, "fuse") {
+		// stat may be answered from the kernel's attribute cache; statfs
+		// always reaches the daemon, so it tells a dead one from a live one.
+		var sfs syscall.Statfs_t
+		if err := syscall.Statfs(abs, &sfs); errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+			return "", staleErr(abs)
+		}
+		return "", fmt.Errorf("%s is already mounted (%s from %s); unmount it first with: fusermount3 -u %s", abs, m.FSType, m.Source, abs)
+	}
+	if !nonempty {
+		d, err := os.Open(abs)
+		if err != nil {
+			return "", fmt.Errorf("mount point %s: %w", abs, err)
+		}
+		names, _ := d.Readdirnames(1)
+		d.Close()
+		if len(names) > 0 {
+			return "", fmt.Errorf("mount point %s is not empty (mounting would hide its contents; pass --nonempty to mount over them)", abs)
+		}
+	}
+	return abs, nil
+}
