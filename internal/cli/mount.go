@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
@@ -58,6 +60,8 @@ type mountFlags struct {
 	maxMemory   sizeFlag
 	logFile     string
 	metricsAddr string
+	cacheDir    string
+	cacheSize   sizeFlag
 	gdd         gddFlags
 }
 
@@ -79,6 +83,8 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit))")
 	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
 	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
+	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
+	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
 	m.gdd.register(fs)
 }
 
@@ -217,6 +223,24 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if budget <= 0 {
 		return fail(usageErr("--max-memory must be positive"))
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// Block buffers live outside the Go heap (mmap); this keeps the
+		// small heap allocations from letting RSS drift past the budget.
+		debug.SetMemoryLimit(prefetch.MemoryLimitFor(budget))
+	}
+	var dc prefetch.DiskCache
+	if m.cacheDir != "" {
+		size := m.cacheSize.v
+		if !m.cacheSize.set {
+			size = 10 << 30
+		}
+		c, err := diskcache.New(diskcache.Options{Dir: m.cacheDir, MaxBytes: size, Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("--cache-dir: %w", err))
+		}
+		defer c.Close()
+		dc = c
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -254,6 +278,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		PartSize:   m.conn.partSize.v,
 		Logger:     log,
 		Registerer: reg,
+		DiskCache:  dc,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("prefetch: %w", err))
