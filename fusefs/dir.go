@@ -1,0 +1,426 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/os2g/os2g/objclient"
+)
+
+// dirent is what a directory knows about one child name, from a listing,
+// a lookup probe or a local mutation. Kept small: a directory of 100,000
+// files holds 100,000 of them.
+type dirent struct {
+	dir bool
+	// xdir: a zero-byte object "name" (no slash) stands for this
+	// directory (x-directory marker, or shadowed by "name/"); rmdir
+	// deletes it too.
+	xdir bool
+	// checked: a zero-byte file whose Content-Type was HEADed (for etag)
+	// and is not a directory marker.
+	checked bool
+	size    int64  // bytes (files)
+	mtime   int64  // unix ns (files)
+	seen    int64  // unix ns when this was learned
+	etag    string // files
+}
+
+func fileEnt(o objclient.ObjectInfo, now int64) dirent {
+	return dirent{size: o.Size, mtime: o.LastModified.UnixNano(), seen: now, etag: o.ETag}
+}
+
+// maxNegative bounds a directory's negative cache (names known absent).
+const maxNegative = 4096
+
+// dirNode is a directory: the key prefix key ("" or ending in "/"),
+// whether or not a marker object exists for it.
+type dirNode struct {
+	fs.Inode
+	fsys *filesys
+	key  string // immutable (directories are not renamed)
+	// xdirKey is the zero-byte x-directory object that marks this
+	// directory, "" if none; immutable.
+	xdirKey string
+
+	mu   sync.Mutex        // guards the fields below
+	ents map[string]dirent // names learned (positive cache)
+	neg  map[string]int64  // names known absent -> unix ns
+	// completeAt is the start time (unix ns) of the last complete listing
+	// that no mutation has invalidated since; 0 if none. While fresh,
+	// ents is the whole directory.
+	completeAt int64
+	// gen counts mutations of ents; a listing that saw gen change while
+	// it ran does not mark the directory complete.
+	gen     uint64
+	pending map[string]*fileNode // new files being written, not yet in the store
+	// listed: a complete listing happened at least once; refreshing: a
+	// background re-listing runs (see refreshAsync).
+	listed, refreshing bool
+}
+
+var (
+	_ fs.InodeEmbedder      = (*dirNode)(nil)
+	_ fs.NodeLookuper       = (*dirNode)(nil)
+	_ fs.NodeGetattrer      = (*dirNode)(nil)
+	_ fs.NodeSetattrer      = (*dirNode)(nil)
+	_ fs.NodeOpendirHandler = (*dirNode)(nil)
+	_ fs.NodeStatfser       = (*dirNode)(nil)
+	_ fs.NodeGetxattrer     = (*dirNode)(nil)
+	_ fs.NodeListxattrer    = (*dirNode)(nil)
+	_ fs.NodeSetxattrer     = (*dirNode)(nil)
+	_ fs.NodeRemovexattrer  = (*dirNode)(nil)
+)
+
+func newDirNode(f *filesys, key, xdirKey string) *dirNode {
+	return &dirNode{fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, neg: map[string]int64{}, pending: map[string]*fileNode{}}
+}
+
+// Getattr implements fs.NodeGetattrer.
+func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fsys.dirAttr(&out.Attr)
+	return 0
+}
+
+// Setattr implements fs.NodeSetattrer: chmod/chown fail with EPERM,
+// utimes is accepted and not stored.
+func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := d.fsys.roErr(); e != 0 {
+		return e
+	}
+	if d.fsys.ownerChange(in, d.fsys.o.DirMode) {
+		return syscall.EPERM
+	}
+	if in.Valid&fuse.FATTR_SIZE != 0 {
+		return syscall.EISDIR
+	}
+	d.fsys.dirAttr(&out.Attr)
+	return 0
+}
+
+// Statfs implements fs.NodeStatfser with a large, never-full volume.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	const blocks = 1 << 40 // 4 PiB of 4 KiB blocks
+	out.Bsize, out.Frsize = 4096, 4096
+	out.Blocks, out.Bfree, out.Bavail = blocks, blocks, blocks
+	out.Files, out.Ffree = 1<<40, 1<<40
+	out.NameLen = maxNameLen
+	return 0
+}
+
+// Extended attributes are not supported: ENOSYS makes the kernel stop
+// asking and return EOPNOTSUPP to applications (CASES C28).
+
+// Getxattr implements fs.NodeGetxattrer.
+func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	d.fsys.xattrCalls.Add(1)
+	return 0, syscall.ENOSYS
+}
+
+// Listxattr implements fs.NodeListxattrer.
+func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	d.fsys.xattrCalls.Add(1)
+	return 0, syscall.ENOSYS
+}
+
+// Setxattr implements fs.NodeSetxattrer.
+func (d *dirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	d.fsys.xattrCalls.Add(1)
+	return syscall.ENOSYS
+}
+
+// Removexattr implements fs.NodeRemovexattrer.
+func (d *dirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	d.fsys.xattrCalls.Add(1)
+	return syscall.ENOSYS
+}
+
+// Lookup implements fs.NodeLookuper: from the cached listing when it is
+// fresh, else one small delimiter listing (see probe).
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ent, pend, errno := d.resolve(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	if pend != nil {
+		pend.fillEntry(out)
+		return pend.EmbeddedInode(), 0
+	}
+	return d.childInode(ctx, name, ent, out), 0
+}
+
+// resolve finds name: a file being written (pend), or what the store
+// holds (ent). ENOENT if absent.
+func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, syscall.Errno) {
+	f := d.fsys
+	if len(name) > maxNameLen {
+		// FUSE lets names up to 1024 bytes through; NAME_MAX is ours.
+		return dirent{}, nil, syscall.ENAMETOOLONG
+	}
+	d.mu.Lock()
+	if p := d.pending[name]; p != nil {
+		d.mu.Unlock()
+		return dirent{}, p, 0
+	}
+	if e, ok := d.ents[name]; ok && f.fresh(e.seen, f.o.MetadataTTL) {
+		d.mu.Unlock()
+		return e, nil, 0
+	}
+	if f.fresh(d.completeAt, f.o.MetadataTTL) {
+		d.mu.Unlock()
+		return dirent{}, nil, syscall.ENOENT
+	}
+	if t, ok := d.neg[name]; ok && f.fresh(t, f.o.NegativeTTL) {
+		d.mu.Unlock()
+		return dirent{}, nil, syscall.ENOENT
+	}
+	relist := d.listed && !d.refreshing && len(d.ents) >= refreshMinEntries
+	if relist {
+		d.refreshing = true
+	}
+	d.mu.Unlock()
+	if relist {
+		go d.refresh()
+	}
+
+	if !validName(name) {
+		return dirent{}, nil, syscall.ENOENT
+	}
+	ent, found, err := d.probe(ctx, name)
+	if err != nil {
+		return dirent{}, nil, f.errno("lookup", childKey(d.key, name), err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !found {
+		d.setNegLocked(name)
+		return dirent{}, nil, syscall.ENOENT
+	}
+	d.ents[name] = ent
+	delete(d.neg, name)
+	return ent, nil, 0
+}
+
+func (d *dirNode) setNegLocked(name string) {
+	if len(d.neg) >= maxNegative {
+		d.neg = map[string]int64{}
+	}
+	d.neg[name] = d.fsys.now()
+	delete(d.ents, name)
+}
+
+// refreshMinEntries: a directory with at least this many cached entries
+// whose listing went stale is listed again in the background on the next
+// lookup miss, so that a second pass over a large directory (a training
+// epoch after MetadataTTL) costs N/1000 LISTs instead of one probe per
+// file. The lookup that triggers it is answered by a probe.
+const refreshMinEntries = 16
+
+// refresh lists d completely, updating its cache (and the prefetcher's
+// view of the directory), then clears d.refreshing.
+func (d *dirNode) refresh() {
+	defer func() {
+		d.mu.Lock()
+		d.refreshing = false
+		d.mu.Unlock()
+	}()
+	h := &dirHandle{d: d}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.start(true)
+	for !h.eof {
+		h.queue, h.qi = h.queue[:0], 0
+		if errno := h.fetch(d.fsys.bg); errno != 0 {
+			d.fsys.log.Warn("background re-listing failed", "prefix", d.key, "errno", errno)
+			return
+		}
+	}
+}
+
+// probeMaxKeys is the page size of a lookup probe: enough for the exact
+// key, a few siblings that sort between "name" and "name/" (such as
+// "name.txt"), and "name/".
+const probeMaxKeys = 4
+
+// probe asks the store what name is, with no prior listing: one delimiter
+// listing Prefix=dir/name finds the exact key "dir/name" (it sorts first)
+// and the common prefix "dir/name/"; only when siblings like "name.txt"
+// fill the page before "name/" could appear does a second listing
+// Prefix=dir/name/ decide. A zero-byte "name" without "name/" costs one
+// HEAD, to tell an application/x-directory marker from an empty file.
+func (d *dirNode) probe(ctx context.Context, name string) (dirent, bool, error) {
+	st := d.fsys.store
+	p := childKey(d.key, name)
+	slash := p + "/"
+	page, err := st.List(ctx, objclient.ListRequest{Prefix: p, Delimiter: "/", MaxKeys: probeMaxKeys})
+	if err != nil {
+		return dirent{}, false, err
+	}
+	var file *objclient.ObjectInfo
+	dir := false
+	last := ""
+	for i := range page.Objects {
+		o := &page.Objects[i]
+		if o.Key == p {
+			file = o
+		}
+		last = max(last, o.Key)
+	}
+	for _, cp := range page.CommonPrefixes {
+		if cp == slash {
+			dir = true
+		}
+		last = max(last, cp)
+	}
+	if !dir && page.IsTruncated && last < slash {
+		page2, err := st.List(ctx, objclient.ListRequest{Prefix: slash, Delimiter: "/", MaxKeys: 1})
+		if err != nil {
+			return dirent{}, false, err
+		}
+		dir = len(page2.Objects)+len(page2.CommonPrefixes) > 0
+	}
+	now := d.fsys.now()
+	switch {
+	case dir:
+		e := dirent{dir: true, seen: now}
+		if file != nil {
+			e.xdir = file.Size == 0
+			if file.Size > 0 {
+				d.fsys.warnKey("object hidden by a directory of the same name", p)
+			}
+		}
+		return e, true, nil
+	case file == nil:
+		return dirent{}, false, nil
+	}
+	e := fileEnt(*file, now)
+	if file.Size == 0 {
+		return d.checkZero(ctx, p, e)
+	}
+	return e, true, nil
+}
+
+// checkZero HEADs a zero-byte object to see whether it is a directory
+// marker (Content-Type application/x-directory). found is false if the
+// object vanished.
+func (d *dirNode) checkZero(ctx context.Context, key string, e dirent) (dirent, bool, error) {
+	info, err := d.fsys.store.Stat(ctx, key)
+	if err != nil {
+		if isNotFound(err) {
+			return dirent{}, false, nil
+		}
+		return dirent{}, false, err
+	}
+	if isDirContentType(info.ContentType) {
+		return dirent{dir: true, xdir: true, seen: e.seen, etag: info.ETag}, true, nil
+	}
+	e.checked = true
+	e.etag = info.ETag
+	return e, true, nil
+}
+
+// childInode returns the Inode for name described by e, reusing the
+// existing child when its type matches (so the kernel keeps its caches),
+// and fills out.
+func (d *dirNode) childInode(ctx context.Context, name string, e dirent, out *fuse.EntryOut) *fs.Inode {
+	f := d.fsys
+	ch := d.GetChild(name)
+	if e.dir {
+		if ch != nil {
+			if _, ok := ch.Operations().(*dirNode); ok {
+				f.dirAttr(&out.Attr)
+				return ch
+			}
+		}
+		xk := ""
+		if e.xdir {
+			xk = childKey(d.key, name)
+		}
+		f.dirAttr(&out.Attr)
+		return d.NewInode(ctx, newDirNode(f, childDirKey(d.key, name), xk), fs.StableAttr{Mode: syscall.S_IFDIR})
+	}
+	info := objInfo{size: e.size, etag: e.etag, mtime: time.Unix(0, e.mtime)}
+	if ch != nil {
+		if fn, ok := ch.Operations().(*fileNode); ok {
+			fn.refresh(d, name, info)
+			fn.fillEntry(out)
+			return ch
+		}
+	}
+	fn := newFileNode(f, d, name, info, true)
+	fn.fillEntry(out)
+	return d.NewInode(ctx, fn, fs.StableAttr{Mode: syscall.S_IFREG})
+}
+
+// noteEnt records a name learned from a mutation and invalidates the
+// complete-listing flag (the cached order no longer matches).
+func (d *dirNode) noteEnt(name string, e dirent) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ents[name] = e
+	delete(d.neg, name)
+	d.completeAt = 0
+	d.gen++
+}
+
+// noteGone records that name no longer exists.
+func (d *dirNode) noteGone(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.setNegLocked(name)
+	d.completeAt = 0
+	d.gen++
+}
+
+// forgetEnt drops what is known about name (the next lookup asks the
+// store), e.g. after a read found the object changed.
+func (d *dirNode) forgetEnt(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.ents, name)
+	delete(d.neg, name)
+	d.completeAt = 0
+	d.gen++
+}
+
+// childrenChanged is called after a child of d was removed: d itself may
+// have vanished (an implicit directory exists only while keys are under
+// it), so the parent forgets what it knew about d.
+func (d *dirNode) childrenChanged() {
+	name, parent := d.Parent()
+	if parent == nil || name == "" {
+		return
+	}
+	if pd, ok := parent.Operations().(*dirNode); ok {
+		pd.forgetEnt(name)
+	}
+}
+
+func (d *dirNode) addPending(name string, n *fileNode) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pending[name] = n
+	delete(d.neg, name)
+}
+
+// removePending drops n from the files being written, if still there.
+func (d *dirNode) removePending(name string, n *fileNode) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending[name] == n {
+		delete(d.pending, name)
+	}
+}
+
+func (d *dirNode) hasPending() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending) > 0
+}
+
+func isNotFound(err error) bool { return errors.Is(err, objclient.ErrNotFound) }

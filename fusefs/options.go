@@ -1,0 +1,164 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/prefetch"
+)
+
+// Defaults applied by Mount to zero-valued Options fields.
+const (
+	// DefaultMetadataTTL is how long a listed or looked-up name, and its
+	// attributes, are trusted before the store is asked again; it is also
+	// the kernel's entry and attribute timeout.
+	DefaultMetadataTTL = 60 * time.Second
+	// DefaultNegativeTTL is how long "this name does not exist" is trusted;
+	// it is also the kernel's negative entry timeout.
+	DefaultNegativeTTL = 5 * time.Second
+	// DefaultFileMode is the permission of every regular file.
+	DefaultFileMode os.FileMode = 0o644
+	// DefaultDirMode is the permission of every directory.
+	DefaultDirMode os.FileMode = 0o755
+	// DefaultFSName is the mount source shown in /proc/mounts and df.
+	DefaultFSName = "os2g"
+	// DefaultMaxBackground is the kernel's limit of asynchronous requests
+	// (readahead) in flight to the daemon.
+	DefaultMaxBackground = 128
+	// DefaultKernelReadAheadKB is the kernel readahead per file, in KiB,
+	// set on the mount's backing device after mounting (root only).
+	DefaultKernelReadAheadKB = 4096
+)
+
+// immutableTTL stands in for "forever" in Immutable mode (about 100 years).
+const immutableTTL = 100 * 365 * 24 * time.Hour
+
+// Options configures a mount. Zero values take the documented defaults.
+type Options struct {
+	// Store is the bucket. Required.
+	Store objclient.Store
+	// Prefix is the key prefix mounted as the root: "" for the whole
+	// bucket, otherwise a string ending in "/" (and not starting with "/").
+	Prefix string
+	// Prefetch, if set, serves every read (read-ahead, block cache, epoch
+	// pre-reading) and is told about listings and overwrites; nil reads
+	// with one Store.GetRange per kernel request (small objects whole).
+	// The caller owns it and closes it after the mount is gone.
+	Prefetch *prefetch.Manager
+	// ReadOnly mounts with the "ro" flag; every mutation fails with EROFS.
+	ReadOnly bool
+	// UID and GID own every file and directory. 0 means the mounting
+	// process's uid/gid (which is 0 only when mounting as root).
+	UID, GID uint32
+	// FileMode and DirMode are the permission bits (0 to 0777) of regular
+	// files and directories; 0 means 0644 and 0755. Object metadata
+	// (x-amz-meta-mode/uid/gid) is ignored.
+	FileMode, DirMode os.FileMode
+	// MetadataTTL bounds how stale a name or attribute may be (default
+	// 60 s); also the kernel entry/attr timeout. Negative is invalid.
+	MetadataTTL time.Duration
+	// NegativeTTL bounds how long a missing name is cached (default 5 s).
+	NegativeTTL time.Duration
+	// Immutable declares that objects never change while mounted:
+	// metadata is cached forever and the kernel page cache is kept across
+	// opens.
+	Immutable bool
+	// AllowOther lets users other than the mounter access the mount
+	// (needs user_allow_other in /etc/fuse.conf when not root).
+	AllowOther bool
+	// Debug logs every FUSE request (very verbose).
+	Debug bool
+	// Logger receives warnings (skipped keys, failed uploads). Nil
+	// discards them.
+	Logger *slog.Logger
+	// PartSize is the first multipart part size of uploads in bytes
+	// (0: the store's default). Parts grow with the object.
+	PartSize int64
+	// WriteWindow is how many of the last bytes written an upload handle
+	// holds in memory (default DefaultWriteWindow, 8 MiB; at least 2 MiB):
+	// writes and reads back within its newer half always succeed, writes
+	// before it fail with EINVAL.
+	WriteWindow int64
+	// FSName is the mount source shown in /proc/mounts (default "os2g").
+	FSName string
+	// MaxBackground is the kernel's limit of asynchronous requests
+	// (default 128).
+	MaxBackground int
+	// KernelReadAheadKB is the per-file kernel readahead in KiB written to
+	// /sys/class/bdi/<dev>/read_ahead_kb after mounting (default 4096;
+	// negative leaves the kernel default of 128). Failure is logged only.
+	KernelReadAheadKB int
+
+	clock func() int64 // tests: replaces the wall clock of the caches (unix ns)
+}
+
+// errBadOptions wraps every Options validation failure.
+var errBadOptions = errors.New("fusefs: invalid options")
+
+// withDefaults validates o and returns a copy with defaults filled in.
+func (o Options) withDefaults() (Options, error) {
+	if o.Store == nil {
+		return o, fmt.Errorf("%w: Store is nil", errBadOptions)
+	}
+	if o.Prefix != "" && (!strings.HasSuffix(o.Prefix, "/") || strings.HasPrefix(o.Prefix, "/")) {
+		return o, fmt.Errorf("%w: Prefix %q must be empty or end in \"/\" (and not start with \"/\")", errBadOptions, o.Prefix)
+	}
+	if o.FileMode&^0o777 != 0 || o.DirMode&^0o777 != 0 {
+		return o, fmt.Errorf("%w: FileMode %v / DirMode %v must be permission bits only", errBadOptions, o.FileMode, o.DirMode)
+	}
+	if o.MetadataTTL < 0 || o.NegativeTTL < 0 {
+		return o, fmt.Errorf("%w: negative TTL", errBadOptions)
+	}
+	if o.PartSize < 0 {
+		return o, fmt.Errorf("%w: negative PartSize", errBadOptions)
+	}
+	if o.WriteWindow != 0 && o.WriteWindow < 2<<20 {
+		return o, fmt.Errorf("%w: WriteWindow %d below 2 MiB", errBadOptions, o.WriteWindow)
+	}
+	if o.WriteWindow == 0 {
+		o.WriteWindow = DefaultWriteWindow
+	}
+	if o.MaxBackground < 0 || o.MaxBackground > 65535 {
+		return o, fmt.Errorf("%w: MaxBackground %d out of range", errBadOptions, o.MaxBackground)
+	}
+	if o.UID == 0 {
+		o.UID = uint32(os.Getuid())
+	}
+	if o.GID == 0 {
+		o.GID = uint32(os.Getgid())
+	}
+	if o.FileMode == 0 {
+		o.FileMode = DefaultFileMode
+	}
+	if o.DirMode == 0 {
+		o.DirMode = DefaultDirMode
+	}
+	if o.MetadataTTL == 0 {
+		o.MetadataTTL = DefaultMetadataTTL
+	}
+	if o.NegativeTTL == 0 {
+		o.NegativeTTL = DefaultNegativeTTL
+	}
+	if o.Immutable {
+		o.MetadataTTL = immutableTTL
+		o.NegativeTTL = immutableTTL
+	}
+	if o.FSName == "" {
+		o.FSName = DefaultFSName
+	}
+	if o.MaxBackground == 0 {
+		o.MaxBackground = DefaultMaxBackground
+	}
+	if o.KernelReadAheadKB == 0 {
+		o.KernelReadAheadKB = DefaultKernelReadAheadKB
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
