@@ -145,6 +145,13 @@ func (m *Manager) Close() {
 	}
 }
 
+// isClosed says whether Close was called.
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
 // fileLocked returns the index of fk, creating it.
 func (m *Manager) fileLocked(fk fileKey) *fileState {
 	byTag := m.files[fk.key]
@@ -431,11 +438,20 @@ func (m *Manager) tryReserveLocked(n int64, epoch bool) bool {
 // any unreferenced extent, read ones first. When everything is in flight
 // or being copied it waits (dropping m.mu) until memory frees; waited says
 // so, in which case the cache may have changed. It fails only with ctx's
-// error or ErrClosed.
-func (m *Manager) reserveDemandLocked(ctx context.Context, n int64) (waited bool, err error) {
+// error, or ErrClosed when the Manager closes or stop (the reading
+// Reader's Close) is closed.
+func (m *Manager) reserveDemandLocked(ctx context.Context, stop <-chan struct{}, n int64) (waited bool, err error) {
 	for {
 		if m.closed {
 			return waited, ErrClosed
+		}
+		select {
+		case <-stop:
+			return waited, ErrClosed
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return waited, err
 		}
 		if m.inUse+n <= m.o.MaxMemory || m.evictLocked(&m.used, n) || m.evictLocked(&m.fresh, n) {
 			m.takeLocked(n)
@@ -450,12 +466,14 @@ func (m *Manager) reserveDemandLocked(ctx context.Context, n int64) (waited bool
 		select {
 		case <-ch:
 		case <-ctx.Done():
+		case <-stop:
 		}
 		m.mu.Lock()
 		m.waiting--
 		m.demandWaiters--
-		if err := ctx.Err(); err != nil {
-			return waited, err
+		if m.demandWaiters == 0 {
+			// Read-ahead and pre-reads held back for this waiter may go on.
+			m.signalLocked()
 		}
 	}
 }

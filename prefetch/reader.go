@@ -38,6 +38,9 @@ func (r *Reader) File() File { return r.f }
 // end of the object, and 0 with a nil error at or past it. Errors of the
 // Getter are returned wrapped (errors.Is works on objclient's sentinels);
 // a cancelled ctx returns promptly with ctx.Err(); after Close, ErrClosed.
+// Every wait (for a GET, or for memory under the budget) also ends
+// promptly, with ErrClosed, when the Reader or its Manager is closed, even
+// if the Getter ignores its context.
 func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n, err := r.visit(ctx, off, int64(len(p)), func(at int64, b []byte) error {
 		copy(p[at-off:], b)
@@ -78,25 +81,39 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 	mode, piece := r.plan(off, end)
 	cur := off
 	retried := int64(-1) // the offset already retried after a shared fetch failed
+	canceled := 0        // other handles' fetches found cut short at cur
 	for cur < end {
 		e, own, err := r.acquire(ctx, cur, end, mode, piece)
 		if err != nil {
 			return cur - off, err
 		}
+		// Every wait ends with the fetch, the caller's ctx (a FUSE
+		// interrupt), this Reader's Close or the Manager's Close (which
+		// cancels r.ctx): a GET that ignores its context cannot hold the
+		// read.
 		select {
 		case <-e.done:
 		case <-ctx.Done():
 			r.m.release(e, false)
 			return cur - off, ctx.Err()
+		case <-r.ctx.Done():
+			r.m.release(e, false)
+			return cur - off, ErrClosed
 		}
 		if e.err != nil {
-			err, canceled := e.err, e.canceled
+			err, wasCanceled := e.err, e.canceled
 			r.m.release(e, false)
-			if canceled {
-				if r.closed.Load() {
-					return cur - off, ErrClosed
-				}
-				continue // another handle's fetch was cut short: fetch again
+			if wasCanceled && !own && canceled < maxCanceledRetries {
+				// Another handle's fetch was cut short by its Close; the
+				// extent left the index, so the next acquire fetches anew.
+				canceled++
+				continue
+			}
+			if r.closed.Load() || r.m.isClosed() {
+				return cur - off, ErrClosed
+			}
+			if err := ctx.Err(); err != nil {
+				return cur - off, err
 			}
 			if !own && retried != cur {
 				// A read-ahead, pre-read or other reader's GET failed: try
@@ -106,6 +123,13 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 			}
 			return cur - off, err
 		}
+		if e.off > cur || e.end <= cur || int64(len(e.buf)) != e.size() {
+			// Cannot happen: acquire returns an extent holding cur. Fail
+			// rather than loop without progress.
+			r.m.release(e, false)
+			return cur - off, fmt.Errorf("prefetch: internal error: extent [%d, %d) (%d bytes) for byte %d of %q", e.off, e.end, len(e.buf), cur, r.f.Key)
+		}
+		canceled, retried = 0, -1
 		b := e.buf[cur-e.off : min(e.end, end)-e.off]
 		err = fn(cur, b)
 		r.m.release(e, true)
@@ -118,6 +142,11 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 	r.noteRead(end - off)
 	return end - off, nil
 }
+
+// maxCanceledRetries bounds how often one ReadAt refetches after finding
+// other handles' fetches cut short by their Close (each such extent leaves
+// the index, so a few suffice); past it the error is returned.
+const maxCanceledRetries = 64
 
 // plan classifies the read, issues read-ahead for a sequential stream and
 // returns how to size a demand miss.
@@ -169,6 +198,9 @@ func (m *Manager) issueLocked(r *Reader, from, to, limit, piece int64, o origin)
 			break
 		}
 		sp := r.g.aheadSpan(x, piece, min(gapEnd, limit))
+		if sp.end <= x {
+			break // nothing to fetch here (at the end of the object): never loop in place
+		}
 		if !m.tryReserveLocked(sp.len(), false) {
 			m.st.aheadSkipped.Add(1)
 			m.forgetFileLocked(fs)
@@ -223,7 +255,12 @@ func (r *Reader) acquire(ctx context.Context, cur, end int64, mode readMode, pie
 			return r.startDemandLocked(sp), true, nil
 		}
 		sp := r.g.demandSpan(mode, cur, end, piece, gapStart, gapEnd)
-		waited, err := m.reserveDemandLocked(ctx, sp.len())
+		if sp.off > cur || sp.end <= cur {
+			// Cannot happen (demandSpan's contract, fuzzed): fail rather
+			// than start an extent that does not hold cur.
+			return nil, false, fmt.Errorf("prefetch: internal error: demand span [%d, %d) for byte %d of %q (size %d)", sp.off, sp.end, cur, r.f.Key, r.f.Size)
+		}
+		waited, err := m.reserveDemandLocked(ctx, r.ctx.Done(), sp.len())
 		if err != nil {
 			return nil, false, err
 		}
