@@ -32,7 +32,9 @@
 // a mix of versions. The kernel page cache is kept across opens
 // (FOPEN_KEEP_CACHE) while the ETag is unchanged; mmap works (no direct
 // I/O on read handles). Reads go through a prefetch.Manager when one is
-// configured, else straight to Store.GetRange.
+// configured, else straight to Store.GetRange. A version held whole in
+// Options.DiskCache is read from the cached file instead, by the kernel
+// itself (FUSE passthrough, diskread.go) where it allows.
 //
 // # Writes
 //

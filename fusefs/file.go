@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,13 @@ type fileNode struct {
 	latest       *writeHandle              // most recently opened of writers
 	unlinked     bool                      // unlinked while being written: discard the upload
 	gone         bool                      // a new file whose upload failed: stat gives ENOENT
+	// Open read handles by kernel I/O mode (see openRead): cachedOpen
+	// through the page cache, ptOpen offered for passthrough, of the
+	// version ptKey/ptETag ("" once none is open and an open has seen it).
+	cachedOpen, ptOpen int
+	ptKey, ptETag      string
+	ptHandles          map[*ptHandle]struct{} // the ptOpen handles
+	ptZero             chan struct{}          // closed when ptOpen drops to 0
 }
 
 var (
@@ -53,7 +61,7 @@ var (
 )
 
 func newFileNode(f *filesys, d *dirNode, name string, info objInfo, exists bool) *fileNode {
-	return &fileNode{fsys: f, dir: d, name: name, info: info, exists: exists, writers: map[*writeHandle]struct{}{}}
+	return &fileNode{fsys: f, dir: d, name: name, info: info, exists: exists, writers: map[*writeHandle]struct{}{}, ptHandles: map[*ptHandle]struct{}{}}
 }
 
 // key returns the node's object key and directory.
@@ -246,20 +254,90 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 		n.exists, n.stale = true, false
 		n.mu.Unlock()
 	}
+	// A version held whole in the disk cache is read from there; the
+	// lookup (and the first check of an entry of a previous run) is I/O,
+	// so it happens before the decision below, which re-checks the node.
 	n.mu.Lock()
 	info, exists, writing := n.info, n.exists, n.latest != nil
-	keep := n.opened && n.lastOpenETag == info.etag
-	n.opened, n.lastOpenETag = true, info.etag
 	key = childKey(n.dir.key, n.name)
 	n.mu.Unlock()
+	var df *os.File
+	if exists && !writing {
+		df = f.openDisk(key, info)
+	}
+	ptOK := df != nil && f.passthroughOK(df)
+	dfKey, dfInfo := key, info
+
+	n.mu.Lock()
+	info, exists, writing = n.info, n.exists, n.latest != nil
+	key = childKey(n.dir.key, n.name)
+	keep := n.opened && n.lastOpenETag == info.etag
+	n.opened, n.lastOpenETag = true, info.etag
+	var drop *os.File
+	if df != nil && (key != dfKey || !exists || writing || info.etag != dfInfo.etag || info.size != dfInfo.size) {
+		drop, df, ptOK = df, nil, false
+	}
 	if !exists {
 		// A new file whose upload is not committed: nothing to read yet.
 		info = objInfo{}
 		keep = false
 	}
+	// While an inode is open for passthrough the kernel refuses (EIO)
+	// every open of it that is not passthrough to the same backing file,
+	// and it refuses a passthrough open of an inode open through the page
+	// cache. So: passthrough only with no page-cache handle open; while
+	// passthrough handles are open, only their version can be opened
+	// (ESTALE for a newer one; writes get ETXTBSY in openWrite). go-fuse
+	// drops an inode's backing file a moment after our Release, so
+	// passthrough of a new version waits for an open that has seen no
+	// passthrough handle open (see docs/semantics.md).
+	sameVer := n.ptKey == key && n.ptETag == info.etag
+	if n.ptOpen > 0 && !sameVer && !n.waitPTClosed(ctx) {
+		n.mu.Unlock()
+		closeFiles(df, drop)
+		return nil, 0, syscall.ESTALE
+	}
+	if n.ptOpen > 0 {
+		if df == nil {
+			df = n.dupPTFile() // the version is no longer (or not yet) on disk
+		}
+		if df == nil {
+			n.mu.Unlock()
+			closeFiles(drop)
+			return nil, 0, syscall.EIO
+		}
+	}
+	usePT := n.ptOpen > 0 || (ptOK && n.cachedOpen == 0 && (sameVer || n.ptKey == ""))
+	if !usePT && !sameVer {
+		n.ptKey, n.ptETag = "", ""
+	}
+	direct := writing
+	switch {
+	case usePT:
+		if n.ptOpen == 0 {
+			n.ptZero = make(chan struct{})
+		}
+		n.ptOpen++
+		n.ptKey, n.ptETag = key, info.etag
+	case !direct:
+		n.cachedOpen++
+	}
+	var ph *ptHandle
+	if usePT {
+		ph = &ptHandle{&diskHandle{n: n, key: key, etag: info.etag, size: info.size, file: df}}
+		n.ptHandles[ph] = struct{}{}
+	}
+	n.mu.Unlock()
+	closeFiles(drop)
+	if ph != nil {
+		// go-fuse adds FOPEN_PASSTHROUGH (and drops KEEP_CACHE) when the
+		// kernel takes the backing file; else reads come to Read.
+		return ph, 0, 0
+	}
+
 	var flags uint32
 	switch {
-	case writing:
+	case direct:
 		// An upload to this inode is in progress: its writes move the
 		// kernel's file size, which would cut or zero-pad a page-cache
 		// read of the old version. Direct I/O lets this handle's own
@@ -268,8 +346,12 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 	case keep:
 		flags |= fuse.FOPEN_KEEP_CACHE
 	}
+	if df != nil {
+		return &diskHandle{n: n, key: key, etag: info.etag, size: info.size, file: df, cached: !direct}, flags, 0
+	}
 	h := f.newReadHandle(n, key, info)
-	h.direct = flags&fuse.FOPEN_DIRECT_IO != 0
+	h.direct = direct
+	h.cached = !direct
 	return h, flags, 0
 }
 

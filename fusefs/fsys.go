@@ -37,6 +37,12 @@ type filesys struct {
 
 	xattrCalls atomic.Int64 // GETXATTR/LISTXATTR/SETXATTR/REMOVEXATTR that reached the daemon
 
+	dc        DiskCache                   // nil: no disk cache
+	srv       atomic.Pointer[fuse.Server] // set once mounted (backing file registration)
+	pt        passthrough                 // whether the kernel takes backing files
+	diskReads atomic.Int64                // READs served by disk cache handles (not by passthrough)
+	ptFds     atomic.Int64                // descriptors handed to go-fuse for passthrough
+
 	// clock, if set, replaces the wall clock for cache freshness (tests).
 	clock func() int64
 }

@@ -46,6 +46,10 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	f := &filesys{o: o, store: o.Store, log: o.Logger, pf: o.Prefetch, mtime: time.Now(), mountpoint: mp, bg: bg, cancel: cancel, warned: map[string]struct{}{}, clock: o.clock}
+	f.dc = o.DiskCache
+	if o.ptTest == 2 {
+		f.pt.probed, f.pt.ok = true, true
+	}
 	root := newDirNode(f, o.Prefix, "")
 
 	ttl, neg := o.MetadataTTL, o.NegativeTTL
@@ -71,6 +75,9 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		// fails for 1 MiB replies with the default pipe size).
 		DisableSplice: true,
 	}
+	if o.ptTest > 0 {
+		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	}
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY
@@ -92,6 +99,7 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mp, err)
 	}
+	f.srv.Store(srv)
 	s := &Server{srv: srv, fsys: f, root: root, mountpoint: mp, done: make(chan struct{})}
 	if o.KernelReadAheadKB > 0 {
 		s.setReadAhead(o.KernelReadAheadKB)

@@ -156,9 +156,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.mu.Unlock()
 	d.noteGone(name)
 	d.childrenChanged()
-	if f.pf != nil {
-		f.pf.Invalidate(key)
-	}
+	f.invalidate(key)
 	return 0
 }
 
@@ -280,9 +278,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
 	n.mu.Unlock()
 	nd.noteEnt(newName, fileEnt(info, f.now()))
-	if f.pf != nil {
-		f.pf.Invalidate(dst)
-	}
+	f.invalidate(dst)
 	if err := f.store.Delete(ctx, src); err != nil {
 		// dst is complete and the node now names it; the source object
 		// is left behind and shows up again at the next lookup.
@@ -292,8 +288,6 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	d.noteGone(name)
 	d.childrenChanged()
-	if f.pf != nil {
-		f.pf.Invalidate(src)
-	}
+	f.invalidate(src)
 	return 0
 }

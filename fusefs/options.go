@@ -52,9 +52,12 @@ type Options struct {
 	Prefetch *prefetch.Manager
 	// ReadOnly mounts with the "ro" flag; every mutation fails with EROFS.
 	ReadOnly bool
-	// UID and GID own every file and directory. 0 means the mounting
-	// process's uid/gid (which is 0 only when mounting as root).
+	// UID and GID own every file and directory. Unless UIDSet (GIDSet)
+	// is true, 0 means the mounting process's uid (gid).
 	UID, GID uint32
+	// UIDSet and GIDSet make UID and GID apply as given, 0 included
+	// (root-owned files on a mount by another user).
+	UIDSet, GIDSet bool
 	// FileMode and DirMode are the permission bits (0 to 0777) of regular
 	// files and directories; 0 means 0644 and 0755. Object metadata
 	// (x-amz-meta-mode/uid/gid) is ignored.
@@ -84,6 +87,14 @@ type Options struct {
 	// writes and reads back within its newer half always succeed, writes
 	// before it fail with EINVAL.
 	WriteWindow int64
+	// DiskCache, if set, is a local cache of whole object versions
+	// (normally the *diskcache.Cache that Prefetch fills; pass nil, not a
+	// nil pointer, when there is none). A read open of a version it holds
+	// with the right size reads the cached file and never the store; the
+	// kernel reads it itself (FUSE passthrough) where it allows. Every
+	// overwrite, delete and rename through the mount removes the key.
+	// The caller owns it and closes it after the mount is gone.
+	DiskCache DiskCache
 	// FSName is the mount source shown in /proc/mounts (default "os2g").
 	FSName string
 	// MaxBackground is the kernel's limit of asynchronous requests
@@ -95,6 +106,9 @@ type Options struct {
 	KernelReadAheadKB int
 
 	clock func() int64 // tests: replaces the wall clock of the caches (unix ns)
+	// ptTest (tests): 1 withholds FUSE_PASSTHROUGH from the kernel; 2
+	// also skips the probe, so handles are offered and refused.
+	ptTest int
 }
 
 // errBadOptions wraps every Options validation failure.
@@ -126,12 +140,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxBackground < 0 || o.MaxBackground > 65535 {
 		return o, fmt.Errorf("%w: MaxBackground %d out of range", errBadOptions, o.MaxBackground)
 	}
-	if o.UID == 0 {
-		o.UID = uint32(os.Getuid())
-	}
-	if o.GID == 0 {
-		o.GID = uint32(os.Getgid())
-	}
+	o.UID = ownerID(o.UID, o.UIDSet, os.Getuid())
+	o.GID = ownerID(o.GID, o.GIDSet, os.Getgid())
 	if o.FileMode == 0 {
 		o.FileMode = DefaultFileMode
 	}
@@ -161,4 +171,13 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+// ownerID is the uid or gid to report: v if set or non-zero, else def
+// (the mounting process's).
+func ownerID(v uint32, set bool, def int) uint32 {
+	if set || v != 0 {
+		return v
+	}
+	return uint32(def)
 }

@@ -34,6 +34,7 @@ type readHandle struct {
 	etag   string
 	size   int64
 	direct bool // opened with FOPEN_DIRECT_IO (the kernel does not bound reads by its file size)
+	cached bool // counted in n.cachedOpen (opened without direct I/O)
 	r      byteReader
 }
 
@@ -79,6 +80,11 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 // Release implements fs.FileReleaser.
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {
+	if h.cached {
+		h.n.mu.Lock()
+		h.n.cachedOpen--
+		h.n.mu.Unlock()
+	}
 	_ = h.r.Close()
 	return 0
 }

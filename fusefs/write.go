@@ -76,6 +76,11 @@ func (n *fileNode) openWrite(ctx context.Context, flags uint32, created bool) (*
 	owner := tgidOf(callerPid(ctx))
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.waitPTClosed(ctx) {
+		// The kernel serves this inode from a disk cache file
+		// (passthrough) and refuses any other kind of open of it.
+		return nil, syscall.ETXTBSY
+	}
 	exists, size := n.exists, n.info.size
 	if app && exists && size > 0 && !trunc {
 		return nil, syscall.EOPNOTSUPP
@@ -395,9 +400,7 @@ func (n *fileNode) committed(key string, info objclient.ObjectInfo, size int64) 
 	n.mu.Unlock()
 	d.removePending(name, n)
 	d.noteEnt(name, fileEnt(objclient.ObjectInfo{Size: info.Size, ETag: info.ETag, LastModified: info.LastModified}, f.now()))
-	if f.pf != nil {
-		f.pf.Invalidate(key)
-	}
+	f.invalidate(key)
 }
 
 // isUnlinked reports whether the file was unlinked while being written.

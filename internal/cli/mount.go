@@ -229,6 +229,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		debug.SetMemoryLimit(prefetch.MemoryLimitFor(budget))
 	}
 	var dc prefetch.DiskCache
+	var fdc fusefs.DiskCache // both nil (not a nil pointer) without --cache-dir
 	if m.cacheDir != "" {
 		size := m.cacheSize.v
 		if !m.cacheSize.set {
@@ -239,7 +240,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 			return fail(fmt.Errorf("--cache-dir: %w", err))
 		}
 		defer c.Close()
-		dc = c
+		dc, fdc = c, c
 	}
 
 	reg := prometheus.NewRegistry()
@@ -290,8 +291,11 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		Prefix:      u.Prefix,
 		Prefetch:    pm,
 		ReadOnly:    m.readOnly,
-		UID:         uint32(m.uid),
+		UID:         uint32(m.uid), // defaults to the mounting user's
 		GID:         uint32(m.gid),
+		UIDSet:      true,
+		GIDSet:      true,
+		DiskCache:   fdc,
 		FileMode:    m.fileMode.v,
 		DirMode:     m.dirMode.v,
 		MetadataTTL: m.metadataTTL,

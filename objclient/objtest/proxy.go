@@ -229,6 +229,14 @@ func (t *faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if f == nil {
 		return t.next.RoundTrip(r)
 	}
+	if f.Kind == FaultSlowDown || f.Kind == FaultInternalError {
+		// Read the request body first, as S3 does: answering before it is
+		// sent makes the client see a connection reset instead of the
+		// error reply, which would turn these tests into races.
+		if r.Body != nil {
+			io.Copy(io.Discard, r.Body)
+		}
+	}
 	switch f.Kind {
 	case FaultSlowDown:
 		notify(f.Notify)
