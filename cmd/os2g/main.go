@@ -1,11 +1,14 @@
 // Command os2g mounts an S3-compatible bucket as a POSIX directory for
-// deep-learning training and uploads local trees into buckets.
+// deep-learning training, uploads local trees into buckets, warms a mount's
+// caches and prints a running daemon's statistics.
 //
 // Usage:
 //
 //	os2g mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT
 //	os2g umount [-z] MOUNTPOINT
 //	os2g upload [flags] LOCALDIR s3://BUCKET[/PREFIX]
+//	os2g warm [--concurrency N] PATH...
+//	os2g stats [--raw] MOUNTPOINT
 //	os2g version
 //
 // Run "os2g help COMMAND" or "os2g COMMAND --help" for each command's flags.

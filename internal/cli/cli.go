@@ -47,6 +47,8 @@ Usage:
   os2g mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT   mount a bucket (in the background by default)
   os2g umount [-z] MOUNTPOINT                          unmount (the daemon then exits)
   os2g upload [flags] LOCALDIR s3://BUCKET[/PREFIX]    upload a directory tree with concurrent PUTs
+  os2g warm [--concurrency N] PATH...                  read files under a mount into the caches
+  os2g stats [--raw] MOUNTPOINT                        show the metrics of a mount's daemon
   os2g version                                         print the version
   os2g help [COMMAND]                                  show help
 
@@ -71,6 +73,10 @@ func Main(ctx context.Context, e Env) int {
 		err = runUmount(ctx, e, args)
 	case "upload":
 		err = runUpload(ctx, e, args)
+	case "warm":
+		err = runWarm(ctx, e, args)
+	case "stats":
+		err = runStats(ctx, e, args)
 	case "version", "--version", "-version":
 		fmt.Fprintf(e.Stdout, "os2g %s\n", versionString(e.Version))
 		return 0

@@ -230,6 +230,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	}
 	var dc prefetch.DiskCache
 	var fdc fusefs.DiskCache // both nil (not a nil pointer) without --cache-dir
+	var dcache *diskcache.Cache
 	if m.cacheDir != "" {
 		size := m.cacheSize.v
 		if !m.cacheSize.set {
@@ -241,10 +242,14 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		}
 		defer c.Close()
 		dc, fdc = c, c
+		dcache = c
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if dcache != nil {
+		reg.MustRegister(newDiskCacheCollector(dcache))
+	}
 	if m.metricsAddr != "" {
 		ln, err := net.Listen("tcp", m.metricsAddr)
 		if err != nil {
@@ -329,6 +334,8 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		return abort(fmt.Errorf("--gdd-socket: %w", err))
 	}
 	defer stopGDD()
+	// The control socket os2g stats reads; removed when the mount ends.
+	defer startControl(reg, mp, log)()
 
 	mode := "read-write"
 	if m.readOnly {

@@ -1,0 +1,460 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/os2g/os2g/diskcache"
+	"github.com/os2g/os2g/gdd"
+)
+
+const statsUsage = `Usage: os2g stats [--raw] MOUNTPOINT
+
+Prints the metrics of the os2g daemon serving MOUNTPOINT (or the os2g mount
+that holds the path): range GETs by origin, bytes fetched and read, cache hits,
+memory budget, epoch pre-reading, disk cache, and the daemon's RSS and CPU
+time. Every daemon serves its Prometheus metrics on a Unix socket found from
+the mount point (/run/os2g/HASH.sock, or under the temporary directory when
+/run is not writable); --raw prints them as they come, in the Prometheus text
+format.
+`
+
+// osFSType is the file system type an os2g mount has in the mount table
+// (go-fuse: "fuse." + fuse.MountOptions.Name).
+const osFSType = "fuse.os2g"
+
+// controlSocketName is the file name of the control socket of the mount
+// at mp (absolute, symlinks resolved): the first 16 hex digits of the
+// SHA-256 of the path, plus ".sock".
+func controlSocketName(mp string) string {
+	sum := sha256.Sum256([]byte(mp))
+	return hex.EncodeToString(sum[:])[:16] + ".sock"
+}
+
+// controlSocketPaths lists the places the control socket of mp may be, in
+// the order the daemon tries them: /run/os2g, then os2g-UID under
+// os.TempDir() (for a daemon that cannot write /run).
+func controlSocketPaths(mp string) []string {
+	name := controlSocketName(mp)
+	return []string{
+		filepath.Join("/run/os2g", name),
+		filepath.Join(os.TempDir(), "os2g-"+strconv.Itoa(os.Geteuid()), name),
+	}
+}
+
+// privateDir creates dir (mode 0700) if needed and checks that it is a
+// directory owned by this user that nobody else can enter.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() || st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s is not a private directory of uid %d (mode %v)", dir, os.Geteuid(), st.Mode())
+	}
+	return nil
+}
+
+// startControl serves reg's metrics over HTTP (GET /metrics) on the
+// control socket of the mount at mp (mode 0600, in a 0700 directory) until
+// stop is called, which removes the socket. A socket left by a daemon that
+// died is replaced. If no place works it logs a warning and serves
+// nothing: the mount works without it. stop is never nil.
+func startControl(reg *prometheus.Registry, mp string, log *slog.Logger) (stop func()) {
+	var errs []error
+	for _, p := range controlSocketPaths(mp) {
+		if err := privateDir(filepath.Dir(p)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ln, err := gdd.Listen(p, 0o600)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		log.Info("serving the control socket", "socket", p)
+		return func() {
+			hs.Close()
+			ln.Close() // removes the socket (hs.Close may have closed ln already)
+		}
+	}
+	log.Warn("no control socket: os2g stats will not find this daemon", "err", oneLine(errors.Join(errs...).Error()))
+	return func() {}
+}
+
+// diskCacheCollector exports a disk cache's counters as os2g_diskcache_*.
+type diskCacheCollector struct {
+	c     *diskcache.Cache
+	descs map[string]*prometheus.Desc
+}
+
+var _ prometheus.Collector = (*diskCacheCollector)(nil)
+
+// newDiskCacheCollector returns a collector of c's Stats.
+func newDiskCacheCollector(c *diskcache.Cache) *diskCacheCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("os2g_diskcache_"+name, help, nil, nil)
+	}
+	return &diskCacheCollector{c: c, descs: map[string]*prometheus.Desc{
+		"hits":      d("hits_total", "Opens served from the disk cache."),
+		"misses":    d("misses_total", "Opens the disk cache could not serve."),
+		"entries":   d("entries", "Objects held in the disk cache."),
+		"bytes":     d("bytes", "Content bytes held in the disk cache."),
+		"evictions": d("evictions_total", "Entries evicted to stay within --cache-size."),
+		"corrupt":   d("corrupt_total", "Entries dropped because a checksum failed."),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (d *diskCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range d.descs {
+		ch <- v
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (d *diskCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	s := d.c.Stats()
+	ch <- prometheus.MustNewConstMetric(d.descs["hits"], prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(d.descs["misses"], prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(d.descs["entries"], prometheus.GaugeValue, float64(s.Entries))
+	ch <- prometheus.MustNewConstMetric(d.descs["bytes"], prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(d.descs["evictions"], prometheus.CounterValue, float64(s.Evictions))
+	ch <- prometheus.MustNewConstMetric(d.descs["corrupt"], prometheus.CounterValue, float64(s.Corrupt))
+}
+
+// readMountinfo parses a mountinfo table (the format of
+// /proc/self/mountinfo): "ID PARENT MAJ:MIN ROOT TARGET OPTS [TAGS...] -
+// FSTYPE SOURCE SUPEROPTS", with octal escapes in paths.
+func readMountinfo(r io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 6 || sep < 0 || sep+2 >= len(f) {
+			continue
+		}
+		out = append(out, mountEntry{Target: unescapeMount(f[4]), Options: f[5], FSType: f[sep+1], Source: unescapeMount(f[sep+2])})
+	}
+	return out, sc.Err()
+}
+
+// enclosingMount returns the mount of ms that holds path (absolute, clean,
+// symlinks resolved): the longest target that is path or a parent of it,
+// the last (topmost) of equal ones.
+func enclosingMount(ms []mountEntry, path string) (mountEntry, bool) {
+	var best mountEntry
+	found := false
+	for _, m := range ms {
+		t := m.Target
+		if t != path && t != "/" && !strings.HasPrefix(path, t+"/") {
+			continue
+		}
+		if !found || len(t) >= len(best.Target) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// mountOf returns the mount holding path, from /proc/self/mountinfo.
+func mountOf(path string) (mountEntry, bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return mountEntry{}, false
+	}
+	defer f.Close()
+	ms, _ := readMountinfo(f)
+	return enclosingMount(ms, path)
+}
+
+// resolvePath makes p absolute and resolves symlinks; a path that does not
+// exist is an error saying so. On a stale mount (ENOTCONN) it returns the
+// absolute path unresolved.
+func resolvePath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	r, err := filepath.EvalSymlinks(abs)
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("%s does not exist", abs)
+	case errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED):
+		return abs, nil
+	default:
+		return "", fmt.Errorf("%s: %w", abs, err)
+	}
+}
+
+// fetchMetrics GETs /metrics from the control socket at sock.
+func fetchMetrics(ctx context.Context, sock string) ([]byte, error) {
+	c := &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://os2g/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, oneLine(string(body)))
+	}
+	return body, nil
+}
+
+func runStats(ctx context.Context, e Env, args []string) error {
+	fset := flag.NewFlagSet("stats", flag.ContinueOnError)
+	raw := fset.Bool("raw", false, "print the metrics as served, in the Prometheus text format")
+	pos, err := parseArgs(e, fset, statsUsage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("want 1 argument, MOUNTPOINT; got %d", len(pos))
+	}
+	p, err := resolvePath(pos[0])
+	if err != nil {
+		return err
+	}
+	m, ok := mountOf(p)
+	if !ok || m.FSType != osFSType {
+		if ok {
+			return fmt.Errorf("%s is not an os2g mount (it is on %s, file system %s from %s)", p, m.Target, m.FSType, m.Source)
+		}
+		return fmt.Errorf("%s is not an os2g mount", p)
+	}
+	var errs []string
+	var body []byte
+	for _, sock := range controlSocketPaths(m.Target) {
+		b, err := fetchMetrics(ctx, sock)
+		if err == nil {
+			body = b
+			break
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, sock+": no such socket")
+		case errors.Is(err, fs.ErrPermission):
+			errs = append(errs, sock+": permission denied (run os2g stats as the user that mounted)")
+		case errors.Is(err, syscall.ECONNREFUSED):
+			errs = append(errs, sock+": nothing answers (the daemon is gone)")
+		default:
+			errs = append(errs, sock+": "+oneLine(err.Error()))
+		}
+	}
+	if body == nil {
+		return fmt.Errorf("cannot reach the os2g daemon of %s (%s); if the daemon died, clear the stale mount with: fusermount3 -u %s",
+			m.Target, strings.Join(errs, "; "), m.Target)
+	}
+	if *raw {
+		_, err := e.Stdout.Write(body)
+		return err
+	}
+	ms, err := parseMetrics(body)
+	if err != nil {
+		return fmt.Errorf("the daemon of %s sent metrics that do not parse: %w", m.Target, err)
+	}
+	renderStats(e.Stdout, m.Target, m.Source, ms, time.Now())
+	return nil
+}
+
+// metricSet maps a metric name to its samples.
+type metricSet map[string][]sample
+
+// sample is one labelled value.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// parseMetrics parses the Prometheus text format.
+func parseMetrics(b []byte) (metricSet, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	out := metricSet{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			s := sample{labels: map[string]string{}}
+			for _, l := range m.GetLabel() {
+				s.labels[l.GetName()] = l.GetValue()
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				s.value = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				s.value = m.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				s.value = m.GetUntyped().GetValue()
+			default:
+				continue // summaries and histograms are not shown
+			}
+			out[name] = append(out[name], s)
+		}
+	}
+	return out, nil
+}
+
+// get returns the sum of name's samples whose labels include want
+// (label, value pairs), and whether any matched.
+func (ms metricSet) get(name string, want ...string) (float64, bool) {
+	var sum float64
+	found := false
+	for _, s := range ms[name] {
+		ok := true
+		for i := 0; i+1 < len(want); i += 2 {
+			if s.labels[want[i]] != want[i+1] {
+				ok = false
+			}
+		}
+		if ok {
+			sum += s.value
+			found = true
+		}
+	}
+	return sum, found
+}
+
+// renderStats writes the readable summary of ms, the metrics of the daemon
+// of the mount at mp (from source), as a two-column table. Missing metrics
+// show as "-"; now dates the daemon's uptime. The hit ratio is hits over
+// hits + joins + misses (joins found their bytes already being fetched).
+func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	num := func(name string, want ...string) string {
+		v, ok := ms.get(name, want...)
+		if !ok {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	size := func(name string) string {
+		v, ok := ms.get(name)
+		if !ok {
+			return "-"
+		}
+		return FormatSize(int64(v))
+	}
+	pct := func(a, b float64) string {
+		if b <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", 100*a/b)
+	}
+	const pf = "os2g_prefetch_"
+	row("mount", "%s (%s)", mp, source)
+	if start, ok := ms.get("process_start_time_seconds"); ok && start > 0 {
+		up := now.Sub(time.Unix(int64(start), 0)).Round(time.Second)
+		row("daemon uptime", "%v", up)
+	}
+
+	row("range GETs", "%s (demand %s, read-ahead %s, epoch %s)", num(pf+"requests_total"),
+		num(pf+"requests_total", "origin", "demand"), num(pf+"requests_total", "origin", "readahead"), num(pf+"requests_total", "origin", "epoch"))
+	fetched, okF := ms.get(pf + "fetched_bytes_total")
+	read, okR := ms.get(pf + "read_bytes_total")
+	row("bytes fetched", "%s", size(pf+"fetched_bytes_total"))
+	ratio := "-"
+	if okF && okR && read > 0 {
+		ratio = fmt.Sprintf("%.2f", fetched/read)
+	}
+	row("bytes read", "%s (fetched/read %s)", size(pf+"read_bytes_total"), ratio)
+
+	hits, _ := ms.get(pf + "cache_hits_total")
+	joins, _ := ms.get(pf + "cache_joins_total")
+	misses, _ := ms.get(pf + "cache_misses_total")
+	row("cache", "hits %s, joins %s, misses %s (hit ratio %s; %s without a new GET)", num(pf+"cache_hits_total"), num(pf+"cache_joins_total"),
+		num(pf+"cache_misses_total"), pct(hits, hits+joins+misses), pct(hits+joins, hits+joins+misses))
+	row("evictions", "%s", num(pf+"evictions_total"))
+	row("fetch errors", "%s", num(pf+"fetch_errors_total"))
+	inUse, _ := ms.get(pf + "budget_in_use_bytes")
+	maxB, _ := ms.get(pf + "budget_max_bytes")
+	row("memory budget", "%s in use of %s (%s); demand waits %s, read-ahead skipped %s", size(pf+"budget_in_use_bytes"),
+		size(pf+"budget_max_bytes"), pct(inUse, maxB), num(pf+"budget_waits_total"), num(pf+"readahead_skipped_total"))
+	row("epoch pre-read", "%s files, %s opens found them ready", num(pf+"epoch_files_total"), num(pf+"epoch_hit_opens_total"))
+	if _, ok := ms.get("os2g_diskcache_bytes"); ok {
+		dh, _ := ms.get("os2g_diskcache_hits_total")
+		dm, _ := ms.get("os2g_diskcache_misses_total")
+		row("disk cache", "%s objects, %s; hits %s, misses %s (hit ratio %s); puts %s, put errors %s, evictions %s, corrupt %s",
+			num("os2g_diskcache_entries"), size("os2g_diskcache_bytes"), num("os2g_diskcache_hits_total"), num("os2g_diskcache_misses_total"),
+			pct(dh, dh+dm), num(pf+"disk_puts_total"), num(pf+"disk_put_errors_total"), num("os2g_diskcache_evictions_total"), num("os2g_diskcache_corrupt_total"))
+	} else {
+		row("disk cache", "none")
+	}
+	// Retries, when some layer exports them.
+	var retries []string
+	for name := range ms {
+		if strings.HasPrefix(name, "os2g_") && strings.Contains(name, "retr") {
+			retries = append(retries, name)
+		}
+	}
+	sort.Strings(retries)
+	for _, name := range retries {
+		row("retries", "%s %s", num(name), strings.TrimPrefix(name, "os2g_"))
+	}
+	cpu := "-"
+	if v, ok := ms.get("process_cpu_seconds_total"); ok {
+		cpu = fmt.Sprintf("%.2f s", v)
+	}
+	row("process", "RSS %s, CPU %s, goroutines %s", size("process_resident_memory_bytes"), cpu, num("go_goroutines"))
+	tw.Flush()
+}
