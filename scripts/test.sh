@@ -33,13 +33,13 @@ echo "== versitygw at $OS2G_S3_ENDPOINT"
 # without it (the kernel round trips make -race runs slow and the mounts are
 # exercised by real processes anyway).
 race_pkgs=$(go list ./... | grep -v -e /fusefs -e /e2e -e /bench$ || true)
-mount_pkgs=$(go list ./... | grep -e /fusefs -e /e2e || true)
+mount_pkgs=$(go list ./... | grep -e /fusefs -e /e2e -e /bench$ || true)
 log="$state/test.log"
 status=0
 echo "== go test -race (unit and integration)"
 go test -race -count=1 -timeout 20m $race_pkgs 2>&1 | tee -a "$log" || status=1
 echo "== go test (FUSE mounts and end to end)"
-go test -count=1 -timeout 30m $mount_pkgs ./bench 2>&1 | tee -a "$log" || status=1
+go test -count=1 -timeout 30m $mount_pkgs 2>&1 | tee -a "$log" || status=1
 
 passed=$(grep -cE '^ok\s' "$log" || true)
 failed=$(grep -cE '^FAIL\s' "$log" || true)
