@@ -71,7 +71,11 @@ type cudaAPI struct {
 func loadCUDA(lib string) (*cudaAPI, error) {
 	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoDevice, lib, err)
+		msg := err.Error()
+		if msg == "" {
+			msg = "library not found or not loadable (is the NVIDIA driver installed?)"
+		}
+		return nil, fmt.Errorf("%w: dlopen %s: %s", ErrNoDevice, lib, msg)
 	}
 	a := &cudaAPI{}
 	syms := []struct {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
+	"github.com/os2g/os2g/gdd"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -330,6 +331,11 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		return abort(fmt.Errorf("mount at %s did not come up: %v", mp, err))
 	}
 	stopGDD, err := startGDD(&m.gdd, store, mp, u.Prefix, log)
+	if errors.Is(err, gdd.ErrNoDevice) {
+		// No GPU driver: the mount serves on without placement (issue 6).
+		log.Error("GPU direct placement disabled: no usable CUDA device", "socket", m.gdd.socket, "err", err)
+		stopGDD, err = func() {}, nil
+	}
 	if err != nil {
 		return abort(fmt.Errorf("--gdd-socket: %w", err))
 	}
