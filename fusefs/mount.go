@@ -83,9 +83,11 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY
 	}
 	if o.Debug {
-		mo.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
+		// Every FUSE request, to the mount's own log (--log-file), never
+		// to the terminal of the process that started the daemon.
+		mo.Logger = log.New(logWriter{o.Logger, slog.LevelDebug}, "", 0)
 	} else {
-		mo.Logger = log.New(logWriter{o.Logger}, "", 0)
+		mo.Logger = log.New(logWriter{o.Logger, slog.LevelWarn}, "", 0)
 	}
 	srv, err := fs.Mount(mp, root, &fs.Options{
 		MountOptions:    mo,
@@ -159,10 +161,14 @@ func (s *Server) Unmount() error {
 	return nil
 }
 
-// logWriter turns go-fuse's log lines into warnings on the mount's logger.
-type logWriter struct{ l *slog.Logger }
+// logWriter turns go-fuse's log lines into records of the mount's logger
+// at one level.
+type logWriter struct {
+	l     *slog.Logger
+	level slog.Level
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
-	w.l.Warn("go-fuse: " + strings.TrimRight(string(p), "\n"))
+	w.l.Log(context.Background(), w.level, "go-fuse: "+strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
