@@ -60,8 +60,13 @@ type dirNode struct {
 	gen     uint64
 	pending map[string]*fileNode // new files being written, not yet in the store
 	// listed: a complete listing happened at least once; refreshing: a
-	// background re-listing runs (see refreshAsync).
+	// background listing runs (see refresh).
 	listed, refreshing bool
+	// misses counts lookups since missAt (unix ns) that the cache could
+	// not answer; the coldListMisses-th within MetadataTTL starts a
+	// background listing. coldFailAt: when such a listing last failed.
+	misses             int
+	missAt, coldFailAt int64
 }
 
 var (
@@ -179,9 +184,10 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
-	relist := d.listed && !d.refreshing && len(d.ents) >= refreshMinEntries
+	relist := !d.refreshing && ((d.listed && len(d.ents) >= refreshMinEntries) || d.noteMissLocked())
 	if relist {
 		d.refreshing = true
+		d.misses, d.missAt = 0, 0
 	}
 	d.mu.Unlock()
 	if relist {
@@ -221,12 +227,46 @@ func (d *dirNode) setNegLocked(name string) {
 // file. The lookup that triggers it is answered by a probe.
 const refreshMinEntries = 16
 
-// refresh lists d completely, updating its cache (and the prefetcher's
-// view of the directory), then clears d.refreshing.
+// coldListMisses: a directory with no fresh complete listing that gets
+// this many lookup misses within MetadataTTL (names opened without ever
+// reading the directory, e.g. a dataset index) is listed in the
+// background, so that later lookups need no LIST and the prefetcher
+// learns the directory (epoch pre-reading). Lookups meanwhile are
+// answered by probes.
+const coldListMisses = 8
+
+// coldListBackoff: after a failed background listing triggered by misses,
+// none is tried again for this long (lookups keep using probes).
+const coldListBackoff = time.Minute
+
+// noteMissLocked counts a lookup miss and reports whether it is the one
+// that should start a background listing; d.mu must be held.
+func (d *dirNode) noteMissLocked() bool {
+	f := d.fsys
+	now := f.now()
+	if d.coldFailAt != 0 && now-d.coldFailAt < int64(coldListBackoff) {
+		return false
+	}
+	if !f.fresh(d.missAt, f.o.MetadataTTL) {
+		d.misses, d.missAt = 0, now
+	}
+	d.misses++
+	return d.misses >= coldListMisses
+}
+
+// refresh lists d completely in the background (under the mount's bg
+// context, cancelled at unmount), updating its cache and the
+// prefetcher's view of the directory (NoteDir, as readdir does), then
+// clears d.refreshing. A failure is logged and dropped: nothing is marked
+// absent, and lookups keep using probes.
 func (d *dirNode) refresh() {
+	failed := false
 	defer func() {
 		d.mu.Lock()
 		d.refreshing = false
+		if failed {
+			d.coldFailAt = d.fsys.now()
+		}
 		d.mu.Unlock()
 	}()
 	h := &dirHandle{d: d}
@@ -236,7 +276,8 @@ func (d *dirNode) refresh() {
 	for !h.eof {
 		h.queue, h.qi = h.queue[:0], 0
 		if errno := h.fetch(d.fsys.bg); errno != 0 {
-			d.fsys.log.Warn("background re-listing failed", "prefix", d.key, "errno", errno)
+			failed = true
+			d.fsys.log.Warn("background listing failed", "prefix", d.key, "errno", errno)
 			return
 		}
 	}

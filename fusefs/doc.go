@@ -20,8 +20,11 @@
 // (1000 keys each) and records every entry's size, ETag and mtime in the
 // directory, so the lookups and READDIRPLUS entries that follow (ls -l,
 // os.scandir + stat) need no HEAD. A lookup without a fresh listing costs
-// one delimiter LIST of Prefix=dir/name (rarely two). Positive facts are
-// trusted for Options.MetadataTTL, negative ones for NegativeTTL; these
+// one delimiter LIST of Prefix=dir/name (rarely two); after
+// coldListMisses (8) such misses within MetadataTTL a directory is listed
+// once in the background as readdir would (prefetch NoteDir included), so
+// later lookups need none. Positive facts are trusted for
+// Options.MetadataTTL, negative ones for NegativeTTL; these
 // are the kernel's entry, attribute and negative timeouts too, and are
 // infinite with Options.Immutable.
 //

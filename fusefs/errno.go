@@ -21,8 +21,6 @@ func toErrno(log *slog.Logger, op, key string, err error) syscall.Errno {
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &errno):
-		return errno
 	case errors.Is(err, errReadOnly):
 		return syscall.EROFS
 	case errors.Is(err, context.Canceled):
@@ -42,6 +40,12 @@ func toErrno(log *slog.Logger, op, key string, err error) syscall.Errno {
 		return syscall.EINVAL
 	case errors.Is(err, prefetch.ErrClosed):
 		return syscall.EIO
+	case errors.Is(err, objclient.ErrUnavailable), errors.Is(err, objclient.ErrThrottled), errors.Is(err, objclient.ErrNoSuchBucket):
+		// A store failure may wrap a transport errno (ECONNREFUSED,
+		// ECONNRESET); the application gets EIO, never those.
+	case errors.As(err, &errno):
+		// An errno the handlers chose themselves.
+		return errno
 	}
 	// ErrThrottled (retries exhausted), ErrUnavailable, ErrNoSuchBucket,
 	// deadline exceeded and anything unexpected.

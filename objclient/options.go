@@ -24,8 +24,13 @@ type Options struct {
 
 	// MaxConnsPerHost caps idle and active connections to the endpoint (default 256).
 	MaxConnsPerHost int
-	// RequestTimeout bounds one attempt of a metadata call (HEAD, LIST,
-	// DELETE, small PUT...), default 60 s.
+	// RequestTimeout bounds one metadata operation (HEAD, LIST, DELETE,
+	// COPY, multipart create/complete/abort) across all its retries, and
+	// the wait for a ranged GET's response headers across its retries,
+	// default 60 s; past it the operation fails with ErrUnavailable, so a
+	// silent server gives the application EIO in bounded time. Part and
+	// object bodies are not bounded by it (large parts on slow links);
+	// StallTimeout catches bodies that stop.
 	RequestTimeout time.Duration
 	// StallTimeout cancels an attempt whose response has made no progress
 	// (no header, no body bytes) for this long, default 20 s; the read

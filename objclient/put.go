@@ -223,7 +223,7 @@ func (s *S3) putSingle(ctx context.Context, key string, data []byte, opts PutOpt
 		in.IfNoneMatch = aws.String(opts.IfNoneMatch)
 	}
 	var out *s3.PutObjectOutput
-	err := s.call(ctx, func(ctx context.Context) error {
+	err := s.callBody(ctx, func(ctx context.Context) error {
 		in.Body = bytes.NewReader(data)
 		var err error
 		out, err = s.client.PutObject(ctx, in)
@@ -263,7 +263,7 @@ func (s *S3) createMultipart(ctx context.Context, key string, opts PutOptions) (
 
 func (m *multipart) uploadPart(ctx context.Context, num int, data []byte) (string, error) {
 	var out *s3.UploadPartOutput
-	err := m.s.call(ctx, func(ctx context.Context) error {
+	err := m.s.callBody(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = m.s.client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket: aws.String(m.s.opts.Bucket), Key: aws.String(m.key),

@@ -148,12 +148,23 @@ func (f fullJitter) delay(attempt int) time.Duration {
 // server rejects the session token as expired (CASES C19: the server's
 // clock may run ahead of the advertised expiry).
 func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
+	return s.callExpiry(ctx, isExpiredToken, fn)
+}
+
+// callBody is call for requests that carry a body of ours (PutObject,
+// UploadPart): no total deadline, since a large part on a slow link may
+// legitimately take long.
+func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error {
 	return s.callExpiry(ctx, isExpiredToken, fn)
 }
 
 // callHead is call for HEAD requests: S3 answers a HEAD with no body, so an
 // expired token shows only as a bare 400.
 func (s *S3) callHead(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
 	return s.callExpiry(ctx, func(err error) bool {
 		code, status := apiCode(err)
 		return isExpiredToken(err) || status == http.StatusBadRequest && (code == "" || code == "BadRequest")
@@ -468,7 +479,10 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		in.IfMatch = aws.String(ifMatch)
 	}
 	var out *s3.GetObjectOutput
-	err = s.call(actx, func(c context.Context) error {
+	// Headers must come within RequestTimeout, across the SDK's retries;
+	// the body is then timed by the stall timer below.
+	headers := time.AfterFunc(s.opts.RequestTimeout, cancel)
+	err = s.callBody(actx, func(c context.Context) error {
 		var err error
 		// Until headers arrive the SDK retries (the transport's
 		// ResponseHeaderTimeout catches a silent server); the body is
@@ -476,6 +490,7 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		out, err = s.client.GetObject(c, in)
 		return err
 	})
+	headers.Stop()
 	if err != nil {
 		code, status := apiCode(err)
 		if code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {

@@ -476,3 +476,32 @@ func TestHungRequestRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentServerBounded: a server that never answers (every request
+// hangs) fails each operation with ErrUnavailable once RequestTimeout has
+// passed, across the SDK's retries, instead of retrying for minutes: the
+// application gets EIO in bounded time (QA: a SIGSTOPped server).
+func TestSilentServerBounded(t *testing.T) {
+	s, direct, p := proxied(t, func(o *objclient.Options) {
+		o.StallTimeout = 200 * time.Millisecond
+		o.RequestTimeout = time.Second
+		o.MaxAttempts = 1000 // only the deadline can end the retries
+	})
+	putBytes(t, direct, "small.txt", pattern(100))
+	p.Add(objtest.Fault{Kind: objtest.FaultHang, Method: "GET"})
+	p.Add(objtest.Fault{Kind: objtest.FaultHang, Method: "HEAD"})
+	ctx := ctxT(t) // hang guard
+	if _, err := s.List(ctx, objclient.ListRequest{}); !errors.Is(err, objclient.ErrUnavailable) {
+		t.Errorf("List against a silent server: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.Stat(ctx, "small.txt"); !errors.Is(err, objclient.ErrUnavailable) {
+		t.Errorf("Stat against a silent server: %v, want ErrUnavailable", err)
+	}
+	buf := make([]byte, 100)
+	if _, err := s.GetRange(ctx, "small.txt", 0, buf, ""); !errors.Is(err, objclient.ErrUnavailable) {
+		t.Errorf("GetRange against a silent server: %v, want ErrUnavailable", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the hang guard fired: an operation did not end at RequestTimeout")
+	}
+}
