@@ -81,7 +81,7 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
 	fs.DurationVar(&m.metadataTTL, "metadata-ttl", time.Minute, "how long listed names and attributes are trusted before the bucket is asked again")
 	fs.DurationVar(&m.negativeTTL, "negative-ttl", 5*time.Second, "how long a name found missing stays missing before the bucket is asked again")
-	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit))")
+	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
 	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
 	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
