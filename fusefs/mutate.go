@@ -115,6 +115,16 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	return nil, syscall.EPERM
 }
 
+// child returns the inode of name, looking it up if the kernel has not
+// (it normally looks names up before unlink and rmdir; be safe anyway).
+func (d *dirNode) child(ctx context.Context, name string) (*fs.Inode, syscall.Errno) {
+	if ch := d.GetChild(name); ch != nil {
+		return ch, 0
+	}
+	var out fuse.EntryOut
+	return d.Lookup(ctx, name, &out)
+}
+
 // Unlink implements fs.NodeUnlinker: DeleteObject. A file still being
 // written is discarded when its writer closes.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -122,14 +132,9 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if e := f.roErr(); e != 0 {
 		return e
 	}
-	ch := d.GetChild(name)
-	if ch == nil {
-		// The kernel looks names up before unlinking; be safe anyway.
-		var out fuse.EntryOut
-		var errno syscall.Errno
-		if ch, errno = d.Lookup(ctx, name, &out); errno != 0 {
-			return errno
-		}
+	ch, errno := d.child(ctx, name)
+	if errno != 0 {
+		return errno
 	}
 	n, ok := ch.Operations().(*fileNode)
 	if !ok {
@@ -169,13 +174,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if e := f.roErr(); e != 0 {
 		return e
 	}
-	ch := d.GetChild(name)
-	if ch == nil {
-		var out fuse.EntryOut
-		var errno syscall.Errno
-		if ch, errno = d.Lookup(ctx, name, &out); errno != 0 {
-			return errno
-		}
+	ch, errno := d.child(ctx, name)
+	if errno != 0 {
+		return errno
 	}
 	cd, ok := ch.Operations().(*dirNode)
 	if !ok {
