@@ -71,6 +71,12 @@ func checkServedFromDisk(t *testing.T, srv *Server, c *objtest.Counting, mnt, na
 		t.Errorf("%s: %d GetRange calls, want 0 (served from the disk cache)", name, g)
 	}
 	reads := srv.fsys.diskReads.Load() - reads0
+	if !srv.fsys.o.Passthrough {
+		if reads == 0 {
+			t.Errorf("%s: passthrough off but no READ was served from the cached file", name)
+		}
+		return
+	}
 	probed, ok := ptState(srv)
 	if !probed {
 		t.Fatal("passthrough was never probed")
@@ -147,7 +153,7 @@ func TestDiskCachePassthroughRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := objtest.NewCounting(mem)
-			mnt, srv := testMountServer(t, c, Options{DiskCache: dc, ptTest: mode})
+			mnt, srv := testMountServer(t, c, Options{DiskCache: dc, Passthrough: true, ptTest: mode})
 			checkServedFromDisk(t, srv, c, mnt, "r.bin", data)
 			if srv.fsys.diskReads.Load() == 0 {
 				t.Error("no READ reached the daemon although passthrough was refused")
@@ -183,7 +189,7 @@ func TestDiskCacheFillThenServe(t *testing.T) {
 	}
 	t.Cleanup(pm.Close)
 	{
-		mnt, srv := testMountServer(t, c, Options{Prefetch: pm, DiskCache: dc})
+		mnt, srv := testMountServer(t, c, Options{Prefetch: pm, DiskCache: dc, Passthrough: true})
 		if got := readFile(t, join(mnt, "d/a.bin")); !bytes.Equal(got, data) {
 			t.Fatal("first read differs")
 		}
@@ -202,7 +208,7 @@ func TestDiskCacheFillThenServe(t *testing.T) {
 		}
 	}
 	c.Reset()
-	mnt, srv := testMountServer(t, c, Options{Prefetch: pm, DiskCache: dc})
+	mnt, srv := testMountServer(t, c, Options{Prefetch: pm, DiskCache: dc, Passthrough: true})
 	checkServedFromDisk(t, srv, c, mnt, "d/a.bin", data)
 	// Reopening (the same version) still needs no GET, and mmap works.
 	checkServedFromDisk(t, srv, c, mnt, "d/a.bin", data)
@@ -238,7 +244,7 @@ func TestDiskCacheOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := objtest.NewCounting(mem)
-	mnt, srv := testMountServer(t, c, Options{DiskCache: dc})
+	mnt, srv := testMountServer(t, c, Options{DiskCache: dc, Passthrough: true})
 	checkServedFromDisk(t, srv, c, mnt, "f.bin", old)
 
 	nu := pattern(1<<20+7, 3)
@@ -311,7 +317,7 @@ func TestDiskCacheMixedOpens(t *testing.T) {
 	etag := etagOf(t, mem, "m.bin")
 	dc := newDiskCache(t, t.TempDir())
 	c := objtest.NewCounting(mem)
-	mnt, srv := testMountServer(t, c, Options{DiskCache: dc})
+	mnt, srv := testMountServer(t, c, Options{DiskCache: dc, Passthrough: true})
 
 	f1, err := os.Open(join(mnt, "m.bin"))
 	if err != nil {

@@ -118,6 +118,9 @@ type passthrough struct {
 // passthrough; the first call probes the kernel with file's descriptor
 // (FUSE_DEV_IOC_BACKING_OPEN, then closes the backing id again).
 func (f *filesys) passthroughOK(file *os.File) bool {
+	if !f.o.Passthrough {
+		return false
+	}
 	f.pt.mu.Lock()
 	defer f.pt.mu.Unlock()
 	if f.pt.probed {

@@ -90,11 +90,17 @@ type Options struct {
 	// DiskCache, if set, is a local cache of whole object versions
 	// (normally the *diskcache.Cache that Prefetch fills; pass nil, not a
 	// nil pointer, when there is none). A read open of a version it holds
-	// with the right size reads the cached file and never the store; the
-	// kernel reads it itself (FUSE passthrough) where it allows. Every
-	// overwrite, delete and rename through the mount removes the key.
+	// with the right size reads the cached file and never the store
+	// (through the daemon, or by the kernel itself with Passthrough).
+	// Every overwrite, delete and rename through the mount removes the key.
 	// The caller owns it and closes it after the mount is gone.
 	DiskCache DiskCache
+	// Passthrough lets the kernel read files held whole in DiskCache
+	// itself (FUSE passthrough, Linux 6.9+, root), so reads skip the
+	// daemon. Off by default: the kernel refuses (EIO) to mix passthrough
+	// and ordinary opens of one inode, and an open racing an overwrite's
+	// asynchronous RELEASE can still hit that (docs/semantics.md).
+	Passthrough bool
 	// FSName is the mount source shown in /proc/mounts (default "os2g").
 	FSName string
 	// MaxBackground is the kernel's limit of asynchronous requests

@@ -62,6 +62,7 @@ type mountFlags struct {
 	logFile     string
 	metricsAddr string
 	cacheDir    string
+	passthrough bool
 	cacheSize   sizeFlag
 	gdd         gddFlags
 }
@@ -85,6 +86,7 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
 	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
+	fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
 	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
 	m.gdd.register(fs)
 }
@@ -302,6 +304,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		UIDSet:      true,
 		GIDSet:      true,
 		DiskCache:   fdc,
+		Passthrough: m.passthrough,
 		FileMode:    m.fileMode.v,
 		DirMode:     m.dirMode.v,
 		MetadataTTL: m.metadataTTL,
