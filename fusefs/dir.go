@@ -42,6 +42,7 @@ const maxNegative = 4096
 // whether or not a marker object exists for it.
 type dirNode struct {
 	fs.Inode
+	noXattr
 	fsys *filesys
 	key  string // immutable (directories are not renamed)
 	// xdirKey is the zero-byte x-directory object that marks this
@@ -83,7 +84,7 @@ var (
 )
 
 func newDirNode(f *filesys, key, xdirKey string) *dirNode {
-	return &dirNode{fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, neg: map[string]int64{}, pending: map[string]*fileNode{}}
+	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, neg: map[string]int64{}, pending: map[string]*fileNode{}}
 }
 
 // Getattr implements fs.NodeGetattrer.
@@ -116,33 +117,6 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 	out.Files, out.Ffree = 1<<40, 1<<40
 	out.NameLen = maxNameLen
 	return 0
-}
-
-// Extended attributes are not supported: ENOSYS makes the kernel stop
-// asking and return EOPNOTSUPP to applications (CASES C28).
-
-// Getxattr implements fs.NodeGetxattrer.
-func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	d.fsys.xattrCalls.Add(1)
-	return 0, syscall.ENOSYS
-}
-
-// Listxattr implements fs.NodeListxattrer.
-func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	d.fsys.xattrCalls.Add(1)
-	return 0, syscall.ENOSYS
-}
-
-// Setxattr implements fs.NodeSetxattrer.
-func (d *dirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	d.fsys.xattrCalls.Add(1)
-	return syscall.ENOSYS
-}
-
-// Removexattr implements fs.NodeRemovexattrer.
-func (d *dirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	d.fsys.xattrCalls.Add(1)
-	return syscall.ENOSYS
 }
 
 // Lookup implements fs.NodeLookuper: from the cached listing when it is

@@ -21,6 +21,7 @@ type objInfo struct {
 // fileNode is a regular file: the object dir.key+name.
 type fileNode struct {
 	fs.Inode
+	noXattr
 	fsys *filesys
 
 	mu   sync.Mutex // guards the fields below
@@ -61,7 +62,7 @@ var (
 )
 
 func newFileNode(f *filesys, d *dirNode, name string, info objInfo, exists bool) *fileNode {
-	return &fileNode{fsys: f, dir: d, name: name, info: info, exists: exists, writers: map[*writeHandle]struct{}{}, ptHandles: map[*ptHandle]struct{}{}}
+	return &fileNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, dir: d, name: name, info: info, exists: exists, writers: map[*writeHandle]struct{}{}, ptHandles: map[*ptHandle]struct{}{}}
 }
 
 // key returns the node's object key and directory.
@@ -372,30 +373,4 @@ func (n *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errn
 	d := n.dir
 	n.mu.Unlock()
 	return d.Statfs(ctx, out)
-}
-
-// Extended attributes: ENOSYS (see dirNode.Getxattr).
-
-// Getxattr implements fs.NodeGetxattrer.
-func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	n.fsys.xattrCalls.Add(1)
-	return 0, syscall.ENOSYS
-}
-
-// Listxattr implements fs.NodeListxattrer.
-func (n *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	n.fsys.xattrCalls.Add(1)
-	return 0, syscall.ENOSYS
-}
-
-// Setxattr implements fs.NodeSetxattrer.
-func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	n.fsys.xattrCalls.Add(1)
-	return syscall.ENOSYS
-}
-
-// Removexattr implements fs.NodeRemovexattrer.
-func (n *fileNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	n.fsys.xattrCalls.Add(1)
-	return syscall.ENOSYS
 }
