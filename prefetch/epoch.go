@@ -77,13 +77,22 @@ func (m *Manager) touchLocked(d *dirState, now time.Time) {
 	d.last = now
 }
 
-// noteOpenLocked records an Open.
-func (m *Manager) noteOpenLocked(f File) {
+// dirOfFileLocked returns the NoteDir'd directory that lists f, or nil.
+func (m *Manager) dirOfFileLocked(f File) *dirState {
 	d := m.dirs[dirOf(f.Key)]
 	if d == nil {
-		return
+		return nil
 	}
 	if _, ok := d.index[f.Key]; !ok {
+		return nil
+	}
+	return d
+}
+
+// noteOpenLocked records an Open.
+func (m *Manager) noteOpenLocked(f File) {
+	d := m.dirOfFileLocked(f)
+	if d == nil {
 		return
 	}
 	now := time.Now()
@@ -95,11 +104,8 @@ func (m *Manager) noteOpenLocked(f File) {
 func (m *Manager) noteWholeRead(f File) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := m.dirs[dirOf(f.Key)]
+	d := m.dirOfFileLocked(f)
 	if d == nil {
-		return
-	}
-	if _, ok := d.index[f.Key]; !ok {
 		return
 	}
 	now := time.Now()

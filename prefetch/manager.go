@@ -330,13 +330,7 @@ func (m *Manager) dropLocked(e *extent) {
 	if !e.live {
 		return
 	}
-	switch e.list {
-	case listFresh:
-		m.fresh.remove(e)
-	case listUsed:
-		m.used.remove(e)
-	}
-	e.list = listNone
+	m.unlistLocked(e)
 	m.unholdLocked(e)
 	e.fs.delete(e, m.o.PartSize)
 	m.forgetFileLocked(e.fs)
@@ -384,16 +378,26 @@ func (m *Manager) consumeLocked(e *extent) {
 	if !e.live {
 		return
 	}
+	if !m.unlistLocked(e) {
+		return
+	}
+	e.list = listUsed
+	m.used.pushFront(e)
+}
+
+// unlistLocked takes e off the LRU list it is on, if any, and says
+// whether it was on one.
+func (m *Manager) unlistLocked(e *extent) bool {
 	switch e.list {
 	case listFresh:
 		m.fresh.remove(e)
 	case listUsed:
 		m.used.remove(e)
 	default:
-		return
+		return false
 	}
-	e.list = listUsed
-	m.used.pushFront(e)
+	e.list = listNone
+	return true
 }
 
 // evictLocked evicts unreferenced extents from l's tail until need more
