@@ -77,9 +77,7 @@ func (h *diskHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 // Release implements fs.FileReleaser.
 func (h *diskHandle) Release(ctx context.Context) syscall.Errno {
 	if h.cached {
-		h.n.mu.Lock()
-		h.n.cachedOpen--
-		h.n.mu.Unlock()
+		h.n.releaseCachedOpen()
 	}
 	_ = h.file.Close()
 	return 0

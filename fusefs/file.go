@@ -374,3 +374,11 @@ func (n *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errn
 	n.mu.Unlock()
 	return d.Statfs(ctx, out)
 }
+
+// releaseCachedOpen counts the release of a read handle opened without
+// direct I/O (see cachedOpen).
+func (n *fileNode) releaseCachedOpen() {
+	n.mu.Lock()
+	n.cachedOpen--
+	n.mu.Unlock()
+}

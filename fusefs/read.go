@@ -81,9 +81,7 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 // Release implements fs.FileReleaser.
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 	if h.cached {
-		h.n.mu.Lock()
-		h.n.cachedOpen--
-		h.n.mu.Unlock()
+		h.n.releaseCachedOpen()
 	}
 	_ = h.r.Close()
 	return 0
