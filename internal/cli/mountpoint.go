@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,25 +23,9 @@ type silent struct{ err error }
 func (s silent) Error() string { return "" }
 func (s silent) Unwrap() error { return s.err }
 
-// mountEntry is one line of /proc/self/mounts.
+// mountEntry is one mount of /proc/self/mountinfo.
 type mountEntry struct {
 	Source, Target, FSType, Options string
-}
-
-// readMounts parses a mounts table (the format of /proc/self/mounts, with
-// octal escapes such as \040 for a space).
-func readMounts(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 {
-			continue
-		}
-		out = append(out, mountEntry{Source: unescapeMount(f[0]), Target: unescapeMount(f[1]), FSType: f[2], Options: f[3]})
-	}
-	return out, sc.Err()
 }
 
 // unescapeMount undoes the kernel's octal escaping of " \t\n\\" in mount tables.
@@ -67,12 +49,7 @@ func unescapeMount(s string) string {
 
 // mountAt returns the last (topmost) mount whose target is path, if any.
 func mountAt(path string) (mountEntry, bool) {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return mountEntry{}, false
-	}
-	defer f.Close()
-	ms, _ := readMounts(f)
+	ms := selfMounts()
 	var found mountEntry
 	ok := false
 	for _, m := range ms {
@@ -84,7 +61,7 @@ func mountAt(path string) (mountEntry, bool) {
 }
 
 // IsMounted reports whether path (absolute, clean) is the target of a mount
-// in /proc/self/mounts.
+// in /proc/self/mountinfo.
 func IsMounted(path string) bool {
 	_, ok := mountAt(path)
 	return ok
@@ -111,7 +88,7 @@ func checkMountpoint(mp string, nonempty bool) (string, error) {
 	case !st.IsDir():
 		return "", fmt.Errorf("mount point %s is not a directory", abs)
 	}
-	// Resolve symlinks so the /proc/self/mounts comparison sees the kernel's path.
+	// Resolve symlinks so the mount table comparison sees the kernel's path.
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}

@@ -198,15 +198,21 @@ func enclosingMount(ms []mountEntry, path string) (mountEntry, bool) {
 	return best, found
 }
 
-// mountOf returns the mount holding path, from /proc/self/mountinfo.
-func mountOf(path string) (mountEntry, bool) {
+// selfMounts returns the mounts of /proc/self/mountinfo (none if it
+// cannot be read).
+func selfMounts() []mountEntry {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return mountEntry{}, false
+		return nil
 	}
 	defer f.Close()
 	ms, _ := readMountinfo(f)
-	return enclosingMount(ms, path)
+	return ms
+}
+
+// mountOf returns the mount holding path, from /proc/self/mountinfo.
+func mountOf(path string) (mountEntry, bool) {
+	return enclosingMount(selfMounts(), path)
 }
 
 // resolvePath makes p absolute and resolves symlinks; a path that does not
