@@ -90,9 +90,8 @@ func sentinelOf(err error) error {
 	case status == http.StatusBadRequest:
 		return ErrInvalidArgument
 	}
-	var ne net.Error
-	var oe *net.OpError
-	if errors.As(err, &ne) || errors.As(err, &oe) {
+	var ne net.Error // *net.OpError, timeouts, DNS failures
+	if errors.As(err, &ne) {
 		return ErrUnavailable
 	}
 	var ce interface{ CanceledError() bool } // smithy canceled

@@ -153,9 +153,10 @@ func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
 	return s.callExpiry(ctx, isExpiredToken, fn)
 }
 
-// callBody is call for requests that carry a body of ours (PutObject,
-// UploadPart): no total deadline, since a large part on a slow link may
-// legitimately take long.
+// callBody is call without the RequestTimeout deadline, for requests
+// whose body may legitimately take long: PutObject and UploadPart (a
+// large part on a slow link) and GetObject (getOnce times its headers and
+// its body itself).
 func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error {
 	return s.callExpiry(ctx, isExpiredToken, fn)
 }
