@@ -47,6 +47,9 @@ type fileNode struct {
 	ptKey, ptETag      string
 	ptHandles          map[*ptHandle]struct{} // the ptOpen handles
 	ptZero             chan struct{}          // closed when ptOpen drops to 0
+	// shared reads this file in dataset mode, where READs carry no
+	// handle (see noopen.go); nil when no read is under way.
+	shared *sharedReader
 }
 
 var (
@@ -219,9 +222,14 @@ func (n *fileNode) putZeros(ctx context.Context, size int64) syscall.Errno {
 // Open implements fs.NodeOpener. Read-only opens get a read handle on
 // the current version (kernel page cache kept when the ETag has not
 // changed since the last open); write opens get an upload handle (direct
-// I/O, see write.go).
+// I/O, see write.go). In dataset mode the answer is ENOSYS: the kernel
+// then opens files without the daemon (see noopen.go).
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.fsys.openCalls.Add(1)
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0 {
+		if n.fsys.noOpen() {
+			return nil, 0, syscall.ENOSYS
+		}
 		return n.openRead(ctx)
 	}
 	if e := n.fsys.roErr(); e != 0 {
@@ -336,7 +344,9 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 		return ph, 0, 0
 	}
 
-	var flags uint32
+	// A read handle has nothing to flush: close(2) need not wait for a
+	// FLUSH round trip (FOPEN_NOFLUSH, Linux 5.16; ignored before).
+	flags := uint32(fuse.FOPEN_NOFLUSH)
 	switch {
 	case direct:
 		// An upload to this inode is in progress: its writes move the

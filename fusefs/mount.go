@@ -75,6 +75,13 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		// fails for 1 MiB replies with the default pipe size).
 		DisableSplice: true,
 	}
+	if o.Immutable {
+		// Names and attributes are kept forever: READDIRPLUS on every
+		// readdir gives the kernel each entry's dentry and attributes
+		// at once, so that opening the files of a listed directory
+		// (an ImageFolder scan, then the epoch) needs no LOOKUP.
+		mo.ExtraCapabilities &^= fuse.CAP_READDIRPLUS_AUTO
+	}
 	if o.ptTest > 0 {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}

@@ -1,0 +1,217 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Dataset mode: on a mount that is both read-only and immutable (and has no
+// disk cache), a file's bytes can never change and nothing is ever
+// written, so a handle per open(2) buys nothing. The first OPEN is
+// answered with ENOSYS, which makes the kernel open every file itself from
+// then on without asking the daemon, with the page cache kept across opens
+// (FUSE_NO_OPEN_SUPPORT, Linux 3.14; "Default for no-open" in
+// fs/fuse/file.c sets FOPEN_KEEP_CACHE), and the first FLUSH likewise, so
+// that close(2) stops reaching the daemon too (fc->no_flush). The kernel
+// then sends no OPEN, FLUSH or RELEASE at all: a training epoch whose
+// files are in the page cache makes no request to the daemon, and a cold
+// one makes one READ per file (plus LOOKUP for names not seen in a
+// listing). READs then carry no file handle; each file's reads share one
+// prefetch.Reader (a sharedReader), which stands in for the handle:
+// opened at the first READ, closed once a read reaches the end of a file
+// that has been read whole, or after sharedIdle without a read.
+
+// sharedIdle is how long a sharedReader may go without a READ before it
+// is closed (its read-ahead left to the cache's LRU).
+const sharedIdle = 5 * time.Second
+
+// sharedReader is the read state of a file read without handles. Guarded
+// by the fileNode's mu.
+type sharedReader struct {
+	h      *readHandle
+	users  int   // READs in progress
+	served int64 // bytes returned so far
+	last   int64 // unix ns at the end of the latest READ
+	closed bool
+}
+
+// noOpen reports whether the mount runs in dataset mode (see above).
+func (f *filesys) noOpen() bool {
+	return f.o.ReadOnly && f.o.Immutable && f.dc == nil
+}
+
+var (
+	_ fs.NodeReader  = (*fileNode)(nil)
+	_ fs.NodeFlusher = (*fileNode)(nil)
+)
+
+// Read implements fs.NodeReader: a READ with a handle goes to the handle,
+// one without (dataset mode) to the file's sharedReader.
+func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if fr, ok := fh.(fs.FileReader); ok {
+		return fr.Read(ctx, dest, off)
+	}
+	if fh != nil {
+		return nil, syscall.EBADF
+	}
+	return n.sharedRead(ctx, dest, off)
+}
+
+// Flush implements fs.NodeFlusher. Without a handle (dataset mode) it
+// answers ENOSYS, so that the kernel stops sending FLUSH on close.
+func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	n.fsys.flushCalls.Add(1)
+	if fl, ok := fh.(fs.FileFlusher); ok {
+		return fl.Flush(ctx)
+	}
+	if fh == nil && n.fsys.noOpen() {
+		return syscall.ENOSYS
+	}
+	return 0
+}
+
+// sharedRead serves a READ that carries no handle.
+func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f := n.fsys
+	if !f.noOpen() {
+		// Only dataset mode opens files without a handle.
+		return nil, syscall.EBADF
+	}
+	f.sharedReads.Add(1)
+	n.mu.Lock()
+	s := n.shared
+	if s == nil {
+		info := n.info
+		if !n.exists {
+			info = objInfo{}
+		}
+		s = &sharedReader{h: f.newReadHandle(n, childKey(n.dir.key, n.name), info), last: f.now()}
+		n.shared = s
+		f.trackShared(n, s)
+	}
+	s.users++
+	n.mu.Unlock()
+
+	res, errno := s.h.Read(ctx, dest, off)
+
+	var closeNow bool
+	n.mu.Lock()
+	s.users--
+	s.last = f.now()
+	if errno == 0 {
+		got := int64(res.Size())
+		s.served += got
+		// The file has been read whole and this read reached its end:
+		// the next READ (a later epoch whose pages were evicted) starts
+		// a new reader, which is also what tells the epoch pre-reader
+		// that the file is being read again.
+		if s.users == 0 && s.served >= s.h.size && off+got >= s.h.size {
+			closeNow = n.detachSharedLocked(s)
+		}
+	}
+	n.mu.Unlock()
+	if closeNow {
+		_ = s.h.r.Close()
+	}
+	return res, errno
+}
+
+// detachSharedLocked unlinks s from n (if it is still n's) and reports
+// whether the caller must close it. n.mu must be held.
+func (n *fileNode) detachSharedLocked(s *sharedReader) bool {
+	if s.closed {
+		return false
+	}
+	s.closed = true
+	if n.shared == s {
+		n.shared = nil
+	}
+	return true
+}
+
+// sharedSet is the set of open sharedReaders, swept for idle ones by one
+// goroutine that runs while the set is not empty. Lock order: a
+// fileNode's mu, then sharedSet.mu; the sweeper never holds both.
+type sharedSet struct {
+	mu       sync.Mutex
+	readers  map[*sharedReader]*fileNode
+	sweeping bool
+}
+
+// trackShared adds s, n's new sharedReader, to the swept set (n.mu held).
+func (f *filesys) trackShared(n *fileNode, s *sharedReader) {
+	f.shared.mu.Lock()
+	defer f.shared.mu.Unlock()
+	if f.shared.readers == nil {
+		f.shared.readers = map[*sharedReader]*fileNode{}
+	}
+	f.shared.readers[s] = n
+	if !f.shared.sweeping {
+		f.shared.sweeping = true
+		go f.sweepShared()
+	}
+}
+
+// sweepShared closes sharedReaders idle for sharedIdle, until none is left
+// or the mount ends.
+func (f *filesys) sweepShared() {
+	t := time.NewTicker(sharedIdle / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.bg.Done():
+			f.closeShared(0)
+			return
+		case <-t.C:
+		}
+		if f.closeShared(int64(sharedIdle)) {
+			return
+		}
+	}
+}
+
+// closeShared closes the sharedReaders idle for at least idle ns and not
+// in use, drops the closed ones from the set, and reports whether the set
+// is now empty, in which case the sweeper stops.
+func (f *filesys) closeShared(idle int64) (empty bool) {
+	f.shared.mu.Lock()
+	all := make(map[*sharedReader]*fileNode, len(f.shared.readers))
+	for s, n := range f.shared.readers {
+		all[s] = n
+	}
+	f.shared.mu.Unlock()
+
+	now := f.now()
+	var toClose, gone []*sharedReader
+	for s, n := range all {
+		n.mu.Lock()
+		switch {
+		case s.closed:
+			gone = append(gone, s)
+		case s.users == 0 && now-s.last >= idle:
+			n.detachSharedLocked(s)
+			toClose = append(toClose, s)
+			gone = append(gone, s)
+		}
+		n.mu.Unlock()
+	}
+	for _, s := range toClose {
+		_ = s.h.r.Close()
+	}
+
+	f.shared.mu.Lock()
+	defer f.shared.mu.Unlock()
+	for _, s := range gone {
+		delete(f.shared.readers, s)
+	}
+	if len(f.shared.readers) == 0 {
+		f.shared.sweeping = false
+		return true
+	}
+	return false
+}
