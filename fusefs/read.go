@@ -68,15 +68,46 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return fuse.ReadResultData(nil), 0
 	}
 	want := min(int64(len(dest)), h.size-off)
+	if pr, ok := h.r.(*prefetch.Reader); ok {
+		// The reply is written from the cache's buffer (no copy into
+		// dest) and the buffer released once it is sent.
+		b, release, err := pr.Borrow(ctx, dest[:want], off)
+		if err != nil {
+			return nil, h.readErr(err)
+		}
+		return &borrowed{b: b, release: release}, 0
+	}
 	got, err := h.r.ReadAt(ctx, dest[:want], off)
 	if err != nil {
-		if errors.Is(err, objclient.ErrChanged) {
-			h.n.markStale()
-		}
-		return nil, h.n.fsys.errno("read", h.key, err)
+		return nil, h.readErr(err)
 	}
 	return fuse.ReadResultData(dest[:got]), 0
 }
+
+func (h *readHandle) readErr(err error) syscall.Errno {
+	if errors.Is(err, objclient.ErrChanged) {
+		h.n.markStale()
+	}
+	return h.n.fsys.errno("read", h.key, err)
+}
+
+// borrowed is a READ reply whose bytes are a prefetch buffer lent by
+// Reader.Borrow. go-fuse writes it with writev straight from b (it takes
+// the Slices method) and then calls Done, which gives the buffer back.
+type borrowed struct {
+	b       []byte
+	release func()
+}
+
+var _ fuse.ReadResult = (*borrowed)(nil)
+
+func (r *borrowed) Bytes(buf []byte) ([]byte, fuse.Status) { return r.b, fuse.OK }
+func (r *borrowed) Size() int                              { return len(r.b) }
+func (r *borrowed) Done()                                  { r.release() }
+
+// Slices lets go-fuse write b with writev(2) without copying it into its
+// own reply buffer (go-fuse's withSlice interface).
+func (r *borrowed) Slices() ([][]byte, fuse.Status) { return [][]byte{r.b}, fuse.OK }
 
 // Release implements fs.FileReleaser.
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {

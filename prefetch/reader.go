@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,7 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n, err := r.visit(ctx, off, int64(len(p)), func(at int64, b []byte) error {
 		copy(p[at-off:], b)
 		return nil
-	})
+	}, nil)
 	return int(n), err
 }
 
@@ -57,11 +58,55 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // modified. An error from fn stops the walk and is returned as is. View
 // returns the number of bytes passed to fn; errors as ReadAt.
 func (r *Reader) View(ctx context.Context, off, n int64, fn func(at int64, b []byte) error) (int64, error) {
-	return r.visit(ctx, off, n, fn)
+	return r.visit(ctx, off, n, fn, nil)
 }
 
+// Borrow returns the object's bytes [off, off+len(p)) (clipped to the end
+// of the object), for a caller that hands them to a system call after
+// returning (a FUSE reply written with writev). When the range lies in one
+// cached buffer, b is that buffer itself, not a copy: it stays valid, and
+// its memory counted in the budget, until release is called, and must not
+// be modified. Otherwise b is p, filled as by ReadAt. release must be
+// called exactly once in every case, also on an error (then a no-op).
+// Errors as ReadAt.
+func (r *Reader) Borrow(ctx context.Context, p []byte, off int64) (b []byte, release func(), err error) {
+	want := min(int64(len(p)), max(r.f.Size-off, 0))
+	var held []*extent
+	_, err = r.visit(ctx, off, want, func(at int64, c []byte) error {
+		if at != off || int64(len(c)) != want {
+			return errSpans
+		}
+		b = c
+		return nil
+	}, &held)
+	release = func() {
+		for _, e := range held {
+			r.m.release(e, true)
+		}
+		held = nil
+	}
+	switch {
+	case err == nil && b != nil:
+		return b, release, nil
+	case err == nil: // nothing to read
+		release()
+		return p[:0], func() {}, nil
+	}
+	release()
+	if !errors.Is(err, errSpans) {
+		return nil, func() {}, err
+	}
+	n, err := r.ReadAt(ctx, p, off)
+	return p[:n], func() {}, err
+}
+
+// errSpans stops a Borrow walk whose range is not in one buffer.
+var errSpans = errors.New("prefetch: range spans buffers")
+
 // visit walks [off, off+n) through the cache, fetching what is missing.
-func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []byte) error) (int64, error) {
+// With hold non-nil, the extents passed to fn are appended to *hold
+// instead of released (the caller releases them with release(e, true)).
+func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []byte) error, hold *[]*extent) (int64, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("%w: %d", ErrInvalidOffset, off)
 	}
@@ -132,7 +177,11 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 		canceled, retried = 0, -1
 		b := e.buf[cur-e.off : min(e.end, end)-e.off]
 		err = fn(cur, b)
-		r.m.release(e, true)
+		if hold != nil {
+			*hold = append(*hold, e)
+		} else {
+			r.m.release(e, true)
+		}
 		if err != nil {
 			return cur - off, err
 		}
