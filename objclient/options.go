@@ -52,6 +52,10 @@ type Options struct {
 	ChecksumWhenRequired bool
 
 	Logger *slog.Logger // default slog.Default()
+
+	// sdkGet sends GetRange through the SDK's GetObject instead of the
+	// raw path (tests of both).
+	sdkGet bool
 }
 
 const (

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,6 +30,12 @@ type S3 struct {
 	client *s3.Client
 	creds  *aws.CredentialsCache // nil when the provider is not cached
 	log    *slog.Logger
+	// raw makes GetRange's requests without the SDK's middleware (see
+	// rawget.go); nil: through the SDK.
+	raw *rawGetter
+	// retries counts requests sent again after a throttling reply or a
+	// transient failure (the SDK's retries and raw's).
+	retries atomic.Int64
 }
 
 var _ Store = (*S3)(nil)
@@ -102,6 +109,7 @@ func New(ctx context.Context, o Options) (*S3, error) {
 		s.creds = cc
 	}
 	s.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
+		so.Retryer = countRetries{so.Retryer, &s.retries}
 		so.UsePathStyle = o.ForcePathStyle
 		// Ranged GETs never carry a whole-object checksum; do not log each one.
 		so.DisableLogOutputChecksumValidationSkipped = true
@@ -113,7 +121,25 @@ func New(ctx context.Context, o Options) (*S3, error) {
 			so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		}
 	})
+	if !o.sdkGet {
+		s.raw = newRawGetter(ctx, s.client, cfg, o, &s.retries)
+	}
 	return s, nil
+}
+
+// Retries returns how many requests were sent again after a throttling
+// reply or a transient failure, since New.
+func (s *S3) Retries() int64 { return s.retries.Load() }
+
+// countRetries counts the retries an aws.Retryer decides on.
+type countRetries struct {
+	aws.Retryer
+	n *atomic.Int64
+}
+
+func (c countRetries) RetryDelay(attempt int, err error) (time.Duration, error) {
+	c.n.Add(1)
+	return c.Retryer.RetryDelay(attempt, err)
 }
 
 // Client returns the underlying SDK client (for tests and tools).
@@ -471,24 +497,32 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	rng := fmt.Sprintf("bytes=%d-%d", off, off+int64(len(buf))-1)
 	in := &s3.GetObjectInput{
 		Bucket: aws.String(s.opts.Bucket),
 		Key:    aws.String(key),
-		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(buf))-1)),
+		Range:  aws.String(rng),
 	}
 	if ifMatch != "" {
 		in.IfMatch = aws.String(ifMatch)
 	}
-	var out *s3.GetObjectOutput
-	// Headers must come within RequestTimeout, across the SDK's retries;
-	// the body is then timed by the stall timer below.
+	var out *rawResponse
+	// Headers must come within RequestTimeout, across retries; the body
+	// is then timed by the stall timer below.
 	headers := time.AfterFunc(s.opts.RequestTimeout, cancel)
 	err = s.callBody(actx, func(c context.Context) error {
 		var err error
-		// Until headers arrive the SDK retries (the transport's
+		// Until headers arrive, failures are retried (the transport's
 		// ResponseHeaderTimeout catches a silent server); the body is
 		// ours to time.
-		out, err = s.client.GetObject(c, in)
+		if s.raw != nil {
+			out, err = s.raw.getHeaders(c, key, rng, ifMatch)
+			return err
+		}
+		o, err := s.client.GetObject(c, in)
+		if err == nil {
+			out = &rawResponse{body: o.Body, etag: aws.ToString(o.ETag), contentRange: aws.ToString(o.ContentRange)}
+		}
 		return err
 	})
 	headers.Stop()
@@ -499,14 +533,14 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		}
 		return 0, true, "", normalise(ctx, "get", key, err)
 	}
-	defer out.Body.Close()
+	defer out.body.Close()
 	stall := time.AfterFunc(s.opts.StallTimeout, cancel)
 	defer stall.Stop()
-	etag = aws.ToString(out.ETag)
-	if out.ContentRange == nil || aws.ToString(out.ContentRange) == "" {
+	etag = out.etag
+	if out.contentRange == "" {
 		// 200 with the whole object: skip to off.
 		if off > 0 {
-			if _, err := io.CopyN(io.Discard, out.Body, off); err != nil {
+			if _, err := io.CopyN(io.Discard, out.body, off); err != nil {
 				if err == io.EOF {
 					return 0, true, etag, nil
 				}
@@ -515,7 +549,7 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		}
 	}
 	for n < len(buf) {
-		m, rerr := out.Body.Read(buf[n:])
+		m, rerr := out.body.Read(buf[n:])
 		if m > 0 {
 			n += m
 			stall.Reset(s.opts.StallTimeout)

@@ -26,6 +26,35 @@ func TestConformanceFakeS3(t *testing.T) {
 	objtest.Conformance{Skip: s3Bugs}.Run(t, func(t *testing.T) objclient.Store { return objtest.StartFakeS3(t) })
 }
 
+// TestConformanceFakeS3SDKGet runs the suite with GetRange through the
+// SDK's GetObject (the path taken where the raw one cannot be set up).
+func TestConformanceFakeS3SDKGet(t *testing.T) {
+	objtest.Conformance{Skip: s3Bugs}.Run(t, func(t *testing.T) objclient.Store {
+		o := objtest.StartFakeS3Server(t).Options()
+		objclient.WithSDKGet(&o)
+		s := objtest.NewS3(t, o)
+		if objclient.UsesRawGet(s) {
+			t.Fatal("WithSDKGet store still uses the raw GET path")
+		}
+		return s
+	})
+}
+
+// The suites above run the raw GET path: it must be the one set up.
+func TestRawGetInUse(t *testing.T) {
+	if !objclient.UsesRawGet(objtest.StartFakeS3(t)) {
+		t.Error("gofakes3 store: ranged GETs do not take the raw path")
+	}
+	if !objclient.UsesRawGet(objtest.StartVersity(t)) {
+		t.Error("versitygw store: ranged GETs do not take the raw path")
+	}
+	o := objtest.StartFakeS3Server(t).Options()
+	o.ForcePathStyle = false
+	if !objclient.UsesRawGet(objtest.NewS3(t, o)) {
+		t.Error("virtual-host style store: ranged GETs do not take the raw path")
+	}
+}
+
 func TestConformanceVersity(t *testing.T) {
 	objtest.Conformance{NoVerbatimKeys: true, Skip: s3Bugs}.Run(t, func(t *testing.T) objclient.Store { return objtest.StartVersity(t) })
 }
@@ -127,6 +156,7 @@ func TestSlowDownRetried(t *testing.T) {
 			p.Clear()
 			p.ResetCounts()
 			p.Add(objtest.Fault{Kind: objtest.FaultSlowDown, Times: 3})
+			retries0 := s.Retries()
 			err := c.run()
 			if errors.Is(err, objclient.ErrNotFound) {
 				t.Fatalf("throttled %s reported as not found: %v", c.name, err)
@@ -139,6 +169,9 @@ func TestSlowDownRetried(t *testing.T) {
 			}
 			if got := p.Requests(c.method); got != 4 {
 				t.Errorf("%s requests = %d, want 4 (3 throttled + 1)", c.method, got)
+			}
+			if got := s.Retries() - retries0; got != 3 {
+				t.Errorf("Retries() grew by %d, want 3", got)
 			}
 		})
 	}
