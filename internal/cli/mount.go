@@ -286,6 +286,10 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(fmt.Errorf("object store client: %w", err))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "os2g", Subsystem: "s3", Name: "retries_total",
+		Help: "S3 requests sent again after a throttling reply (SlowDown, 503) or a transient failure",
+	}, func() float64 { return float64(store.Retries()) }))
 	pm, err := prefetch.New(prefetch.Options{
 		Getter:     store,
 		MaxMemory:  budget,
