@@ -28,8 +28,13 @@
 // up to [Options.MaxConcurrency] concurrent GETs per Reader, ahead of the
 // reader. Any other read is random: it fetches the request rounded out to
 // [Options.RandomGranularity], never a window, so tail reads of zip, parquet
-// or HDF5 files stay cheap. Objects of at most [Options.SmallFileSize] bytes
-// are fetched whole on the first read, in one GET.
+// or HDF5 files stay cheap. When one Reader has made 16 random reads of a
+// file no larger than half of [Options.MaxMemory] (an LMDB, HDF5 or zip
+// data file read by index), the file is also fetched whole, front to back,
+// in part-sized read-ahead GETs within the budget and the concurrency cap,
+// so that later random reads are served from memory; the bytes fetched
+// then stay near the file's size. Objects of at most [Options.SmallFileSize]
+// bytes are fetched whole on the first read, in one GET.
 //
 // # Memory budget
 //

@@ -21,10 +21,15 @@ type Reader struct {
 	wg     sync.WaitGroup // this Reader's fetch goroutines
 	closed atomic.Bool    // set under Manager.mu
 
-	mu         sync.Mutex // guards ss, readBytes, wholeNoted
+	mu         sync.Mutex // guards ss, readBytes, wholeNoted, randomReads, denseNext
 	ss         streamSet
 	readBytes  int64 // bytes returned by ReadAt
 	wholeNoted bool  // noteWholeRead was called
+	// randomReads counts reads that belonged to no sequential stream;
+	// from denseRandomReads on, the file is fetched whole (see plan) up
+	// to denseNext.
+	randomReads int
+	denseNext   int64
 
 	// Guarded by Manager.mu.
 	aheadInFlight int       // read-ahead GETs in flight
@@ -197,6 +202,10 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 // the index, so a few suffice); past it the error is returned.
 const maxCanceledRetries = 64
 
+// denseRandomReads is how many random reads of one handle make its file's
+// whole fetch worth it (when the file fits in half the budget).
+const denseRandomReads = 16
+
 // plan classifies the read, issues read-ahead for a sequential stream and
 // returns how to size a demand miss.
 func (r *Reader) plan(off, end int64) (readMode, int64) {
@@ -208,10 +217,25 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 	defer r.mu.Unlock()
 	s := r.ss.observe(off, end)
 	if s.window == 0 {
-		if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) {
-			// A large random read: fetch its parts concurrently if memory allows.
+		r.randomReads++
+		dense := r.randomReads >= denseRandomReads && r.f.Size <= m.o.MaxMemory/2 && r.denseNext < r.f.Size
+		if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) || dense {
 			m.mu.Lock()
-			m.issueLocked(r, alignDown(off, r.g.gran), end, alignUp(end, r.g.gran), r.g.partSize, originDemand)
+			if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) {
+				// A large random read: fetch its parts concurrently if memory allows.
+				m.issueLocked(r, alignDown(off, r.g.gran), end, alignUp(end, r.g.gran), r.g.partSize, originDemand)
+			}
+			if dense {
+				// Sustained random reads of a file that fits well in the
+				// budget (an LMDB, HDF5 or zip data file read by index):
+				// besides this read's own granule, fetch the whole file
+				// front to back in part-sized read-ahead GETs (within the
+				// budget and the concurrency cap, resumed by later reads),
+				// so that later random reads are served from memory. The
+				// bytes fetched stay below the file's size plus the
+				// granules of the first reads.
+				r.denseNext = m.issueLocked(r, r.denseNext, r.f.Size, r.f.Size, r.g.partSize, originAhead)
+			}
 			m.mu.Unlock()
 		}
 		return modeRandom, 0
