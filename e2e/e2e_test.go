@@ -295,6 +295,8 @@ func TestCLIErrors(t *testing.T) {
 			"is not a directory"},
 		{"non-empty mount point", nil, []string{"mount", "s3://" + e.srv.Bucket, full}, full,
 			"is not empty"},
+		{"invalid bucket name", nil, []string{"mount", "s3://ab", mp}, mp,
+			`os2g: mount: ` + e.srv.URL + ` refused "ab" as a bucket name`},
 		{"foreground wrong bucket", nil, []string{"mount", "--foreground", "s3://no-such-bucket-e2e", mp}, mp,
 			`bucket "no-such-bucket-e2e" does not exist`},
 	}

@@ -242,33 +242,43 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
+// refreshStale looks up a file whose object was seen to change (HEAD) and
+// records the new version.
+func (n *fileNode) refreshStale(ctx context.Context) syscall.Errno {
+	f := n.fsys
+	key, _, _ := n.key()
+	info, err := f.store.Stat(ctx, key)
+	if err != nil {
+		errno := f.errno("open", key, err)
+		if errno == syscall.ENOENT {
+			_, d, name := n.key()
+			d.noteGone(name)
+		}
+		return errno
+	}
+	n.mu.Lock()
+	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
+	n.exists, n.stale = true, false
+	n.mu.Unlock()
+	return 0
+}
+
 func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall.Errno) {
 	f := n.fsys
 	n.mu.Lock()
 	stale := n.stale
-	key := childKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	if stale {
-		info, err := f.store.Stat(ctx, key)
-		if err != nil {
-			errno := f.errno("open", key, err)
-			if errno == syscall.ENOENT {
-				_, d, name := n.key()
-				d.noteGone(name)
-			}
+		if errno := n.refreshStale(ctx); errno != 0 {
 			return nil, 0, errno
 		}
-		n.mu.Lock()
-		n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
-		n.exists, n.stale = true, false
-		n.mu.Unlock()
 	}
 	// A version held whole in the disk cache is read from there; the
 	// lookup (and the first check of an entry of a previous run) is I/O,
 	// so it happens before the decision below, which re-checks the node.
 	n.mu.Lock()
 	info, exists, writing := n.info, n.exists, n.latest != nil
-	key = childKey(n.dir.key, n.name)
+	key := childKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	var df *os.File
 	if exists && !writing {

@@ -85,6 +85,16 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 	f.sharedReads.Add(1)
 	n.mu.Lock()
 	s := n.shared
+	if s == nil && n.stale {
+		// The object changed on the server after all (a read saw
+		// ErrChanged): look it up again before reading it anew.
+		n.mu.Unlock()
+		if errno := n.refreshStale(ctx); errno != 0 {
+			return nil, errno
+		}
+		n.mu.Lock()
+		s = n.shared
+	}
 	if s == nil {
 		info := n.info
 		if !n.exists {

@@ -221,3 +221,40 @@ func fadviseDontNeed(fd *os.File) error {
 	}
 	return nil
 }
+
+// An object replaced on the server despite the immutable promise: a read
+// that reaches the server fails with ESTALE (never a mix of versions);
+// once the file's reader is gone it is looked up again and reads give the
+// new bytes.
+func TestDatasetModeChangedObject(t *testing.T) {
+	requireFUSE(t)
+	mem := objtest.NewMem()
+	const size = 40 << 20
+	old := bytes.Repeat([]byte("old!"), size/4)
+	mem.PutObject("d/f.bin", old, "", nil)
+	c := objtest.NewCounting(mem)
+	mnt, srv := datasetMount(t, c)
+	f := srv.fsys
+
+	fd, err := os.Open(join(mnt, "d/f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	buf := make([]byte, 4096)
+	if _, err := fd.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, old[:4096]) {
+		t.Fatalf("first read: %v", err)
+	}
+	updated := bytes.Repeat([]byte("new!"), size/4)
+	mem.PutObject("d/f.bin", updated, "", nil)
+	far := int64(30 << 20) // not read ahead by the first read
+	_, err = fd.ReadAt(buf, far)
+	wantErrno(t, "read of the replaced object", err, syscall.ESTALE)
+	f.closeShared(0)
+	if _, err := fd.ReadAt(buf, far); err != nil {
+		t.Fatalf("read once the reader was swept: %v", err)
+	}
+	if !bytes.Equal(buf, updated[far:far+4096]) {
+		t.Errorf("read once the reader was swept = %q..., want the new version", buf[:8])
+	}
+}

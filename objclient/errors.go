@@ -27,6 +27,14 @@ func normalise(ctx context.Context, op, key string, err error) error {
 	return fmt.Errorf("objclient: %s %q: %w", op, key, err)
 }
 
+// Code returns the S3 error code carried by err ("NoSuchKey",
+// "InvalidBucketName"), or "" if there is none, for messages that name
+// what the server refused.
+func Code(err error) string {
+	code, _ := apiCode(err)
+	return code
+}
+
 // apiCode returns the S3 error code ("NoSuchKey") and HTTP status of err, if any.
 func apiCode(err error) (code string, status int) {
 	var ae smithy.APIError

@@ -136,6 +136,8 @@ func describeStoreErr(err error, bucket, endpoint string) string {
 		return fmt.Sprintf("cannot reach the object store at %s: %s", where, cause)
 	case errors.Is(err, objclient.ErrThrottled):
 		return fmt.Sprintf("%s keeps throttling requests for bucket %q: %s", where, bucket, oneLine(err.Error()))
+	case objclient.Code(err) == "InvalidBucketName":
+		return fmt.Sprintf("%s refused %q as a bucket name (S3 bucket names are 3 to 63 lowercase letters, digits, dots and hyphens)", where, bucket)
 	}
 	return fmt.Sprintf("checking bucket %q at %s: %s", bucket, where, oneLine(err.Error()))
 }
