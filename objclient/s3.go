@@ -61,7 +61,10 @@ func New(ctx context.Context, o Options) (*S3, error) {
 			tr.IdleConnTimeout = 90 * time.Second
 			tr.ResponseHeaderTimeout = o.StallTimeout
 			tr.DisableCompression = true // bytes as stored (CASES C12)
-			tr.ReadBufferSize = 64 << 10
+			// A small read buffer: what it holds past the headers is
+			// copied once more, while body reads at least its size go
+			// straight into the caller's (the cache's) buffer.
+			tr.ReadBufferSize = 4 << 10
 			tr.WriteBufferSize = 64 << 10
 		})
 
