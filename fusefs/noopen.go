@@ -38,6 +38,7 @@ type sharedReader struct {
 	served int64 // bytes returned so far
 	last   int64 // unix ns at the end of the latest READ
 	closed bool
+	stale  bool // a read found the object changed: replace once idle
 }
 
 // noOpen reports whether the mount runs in dataset mode (see above).
@@ -84,17 +85,14 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 	}
 	f.sharedReads.Add(1)
 	n.mu.Lock()
-	s := n.shared
-	if s == nil && n.stale {
+	if n.stale {
 		// The object changed on the server after all (a read saw
-		// ErrChanged): look it up again before reading it anew.
+		// ErrChanged): reads fail until the sweeper has looked it up
+		// again and dropped the kernel's pages (refreshDataset).
 		n.mu.Unlock()
-		if errno := n.refreshStale(ctx); errno != 0 {
-			return nil, errno
-		}
-		n.mu.Lock()
-		s = n.shared
+		return nil, syscall.ESTALE
 	}
+	s := n.shared
 	if s == nil {
 		info := n.info
 		if !n.exists {
@@ -113,14 +111,23 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 	n.mu.Lock()
 	s.users--
 	s.last = f.now()
-	if errno == 0 {
+	switch {
+	case errno == syscall.ESTALE:
+		// The object changed on the server (markStale has set n.stale):
+		// this reader is done, and the sweeper refreshes the file.
+		s.stale = true
+		if s.users == 0 {
+			closeNow = n.detachSharedLocked(s)
+		}
+		f.trackStale(n)
+	case errno == 0:
 		got := int64(res.Size())
 		s.served += got
 		// The file has been read whole and this read reached its end:
 		// the next READ (a later epoch whose pages were evicted) starts
 		// a new reader, which is also what tells the epoch pre-reader
 		// that the file is being read again.
-		if s.users == 0 && s.served >= s.h.size && off+got >= s.h.size {
+		if s.users == 0 && (s.stale || s.served >= s.h.size && off+got >= s.h.size) {
 			closeNow = n.detachSharedLocked(s)
 		}
 	}
@@ -150,6 +157,7 @@ func (n *fileNode) detachSharedLocked(s *sharedReader) bool {
 type sharedSet struct {
 	mu       sync.Mutex
 	readers  map[*sharedReader]*fileNode
+	stale    map[*fileNode]struct{} // files to look up again (refreshDataset)
 	sweeping bool
 }
 
@@ -161,10 +169,52 @@ func (f *filesys) trackShared(n *fileNode, s *sharedReader) {
 		f.shared.readers = map[*sharedReader]*fileNode{}
 	}
 	f.shared.readers[s] = n
+	f.startSweepLocked()
+}
+
+// trackStale queues n, whose object changed, for refreshDataset (n.mu
+// held).
+func (f *filesys) trackStale(n *fileNode) {
+	f.shared.mu.Lock()
+	defer f.shared.mu.Unlock()
+	if f.shared.stale == nil {
+		f.shared.stale = map[*fileNode]struct{}{}
+	}
+	f.shared.stale[n] = struct{}{}
+	f.startSweepLocked()
+}
+
+// startSweepLocked starts the sweeper if it is not running (shared.mu held).
+func (f *filesys) startSweepLocked() {
 	if !f.shared.sweeping {
 		f.shared.sweeping = true
 		go f.sweepShared()
 	}
+}
+
+// refreshDataset looks up a file whose object changed, drops the kernel's
+// pages and attributes of it (kept forever on an immutable mount) and only
+// then lets READs at the new version, so that no read mixes the two. It
+// runs on the sweeper, never inside a READ: the invalidation waits for the
+// page locks that a READ of the inode in progress holds (such READs are
+// answered ESTALE at once meanwhile).
+func (n *fileNode) refreshDataset(ctx context.Context) bool {
+	f := n.fsys
+	key, d, name := n.key()
+	info, err := f.store.Stat(ctx, key)
+	if err != nil {
+		if f.errno("refresh", key, err) == syscall.ENOENT {
+			d.noteGone(name)
+			return true
+		}
+		return false // try again on the next sweep
+	}
+	n.NotifyContent(0, 0)
+	n.mu.Lock()
+	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
+	n.exists, n.stale = true, false
+	n.mu.Unlock()
+	return true
 }
 
 // sweepShared closes sharedReaders idle for sharedIdle, until none is left
@@ -196,6 +246,21 @@ func (f *filesys) closeShared(idle int64) (empty bool) {
 	}
 	f.shared.mu.Unlock()
 
+	f.shared.mu.Lock()
+	var stale []*fileNode
+	for n := range f.shared.stale {
+		stale = append(stale, n)
+	}
+	f.shared.mu.Unlock()
+	var refreshed []*fileNode
+	for _, n := range stale {
+		ctx, cancel := context.WithTimeout(f.bg, 30*time.Second)
+		if n.refreshDataset(ctx) {
+			refreshed = append(refreshed, n)
+		}
+		cancel()
+	}
+
 	now := f.now()
 	var toClose, gone []*sharedReader
 	for s, n := range all {
@@ -219,7 +284,10 @@ func (f *filesys) closeShared(idle int64) (empty bool) {
 	for _, s := range gone {
 		delete(f.shared.readers, s)
 	}
-	if len(f.shared.readers) == 0 {
+	for _, n := range refreshed {
+		delete(f.shared.stale, n)
+	}
+	if len(f.shared.readers) == 0 && len(f.shared.stale) == 0 {
 		f.shared.sweeping = false
 		return true
 	}

@@ -250,11 +250,15 @@ func TestDatasetModeChangedObject(t *testing.T) {
 	far := int64(30 << 20) // not read ahead by the first read
 	_, err = fd.ReadAt(buf, far)
 	wantErrno(t, "read of the replaced object", err, syscall.ESTALE)
-	f.closeShared(0)
-	if _, err := fd.ReadAt(buf, far); err != nil {
-		t.Fatalf("read once the reader was swept: %v", err)
-	}
-	if !bytes.Equal(buf, updated[far:far+4096]) {
-		t.Errorf("read once the reader was swept = %q..., want the new version", buf[:8])
+	_, err = fd.ReadAt(buf, far+8192)
+	wantErrno(t, "second read of the replaced object", err, syscall.ESTALE)
+	f.closeShared(0)                      // the sweep: look it up again, drop the kernel's pages
+	for _, off := range []int64{far, 0} { // 0: its old pages were cached
+		if _, err := fd.ReadAt(buf, off); err != nil {
+			t.Fatalf("read at %d after the sweep: %v", off, err)
+		}
+		if !bytes.Equal(buf, updated[off:off+4096]) {
+			t.Errorf("read at %d after the sweep = %q..., want the new version", off, buf[:8])
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyauth "github.com/aws/smithy-go/auth"
 	"github.com/aws/smithy-go/encoding/httpbinding"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
@@ -44,6 +45,10 @@ type rawGetter struct {
 	backoff fullJitter
 	tries   int
 	retries *atomic.Int64
+	// skew is the server's clock minus ours (ns), learned from a
+	// RequestTimeTooSkewed reply, added to the signing time as the SDK
+	// does.
+	skew atomic.Int64
 }
 
 // emptySHA256 is the SHA-256 of an empty payload (a GET has no body).
@@ -78,10 +83,28 @@ func newRawGetter(ctx context.Context, c *s3.Client, cfg aws.Config, o Options, 
 	if err != nil || ep.URI.Host == "" || ep.URI.RawQuery != "" {
 		return nil
 	}
+	// Only plain SigV4 for service "s3": S3 Express directory buckets,
+	// multi-region access points (SigV4A) and Outposts sign otherwise and
+	// stay with the SDK.
+	region := so.Region
+	if auths, ok := smithyauth.GetAuthOptions(&ep.Properties); ok && len(auths) > 0 {
+		a := auths[0]
+		// Endpoint rules name the scheme "sigv4" ("sigv4-s3express",
+		// "sigv4a" otherwise); auth resolvers say "aws.auth#sigv4".
+		if a.SchemeID != "sigv4" && a.SchemeID != smithyauth.SchemeIDSigV4 {
+			return nil
+		}
+		if name, ok := smithyhttp.GetSigV4SigningName(&a.SignerProperties); ok && name != "s3" {
+			return nil
+		}
+		if r, ok := smithyhttp.GetSigV4SigningRegion(&a.SignerProperties); ok && r != "" {
+			region = r
+		}
+	}
 	u := ep.URI
 	return &rawGetter{
 		base:    u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/"),
-		region:  so.Region,
+		region:  region,
 		hc:      so.HTTPClient,
 		signer:  v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
 		creds:   cfg.Credentials,
@@ -104,8 +127,9 @@ type rawResponse struct {
 // up to the attempt limit. The caller closes body.
 func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*rawResponse, error) {
 	var err error
+	skewFixed := false
 	for attempt := 0; attempt < g.tries; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !skewFixed {
 			g.retries.Add(1)
 			t := time.NewTimer(g.backoff.delay(attempt))
 			select {
@@ -120,11 +144,32 @@ func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*
 		if err == nil {
 			return r, nil
 		}
+		if skewFixed = !skewFixed && attempt+1 < g.tries && g.learnSkew(err); skewFixed {
+			continue // signed again at once with the server's time
+		}
 		if ctx.Err() != nil || !retryable(err) {
 			return nil, err
 		}
 	}
 	return nil, err
+}
+
+// learnSkew records the clock offset from a RequestTimeTooSkewed reply's
+// Date header and reports whether it did.
+func (g *rawGetter) learnSkew(err error) bool {
+	if Code(err) != "RequestTimeTooSkewed" {
+		return false
+	}
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil {
+		return false
+	}
+	t, perr := http.ParseTime(re.Response.Header.Get("Date"))
+	if perr != nil {
+		return false
+	}
+	g.skew.Store(int64(time.Until(t)))
+	return true
 }
 
 // retryable reports whether a failed GET (before its body) is worth
@@ -153,7 +198,8 @@ func (g *rawGetter) getOnce(ctx context.Context, key, rng, ifMatch string) (*raw
 	if err != nil {
 		return nil, err
 	}
-	if err := g.signer.SignHTTP(ctx, creds, req, emptySHA256, "s3", g.region, time.Now().UTC()); err != nil {
+	now := time.Now().Add(time.Duration(g.skew.Load())).UTC()
+	if err := g.signer.SignHTTP(ctx, creds, req, emptySHA256, "s3", g.region, now); err != nil {
 		return nil, err
 	}
 	resp, err := g.hc.Do(req)

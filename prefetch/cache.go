@@ -32,6 +32,7 @@ type extent struct {
 	done     chan struct{} // closed when the fetch finished (err says how)
 	err      error
 	canceled bool // the fetch's own context ended (not a store failure)
+	dense    bool // part of a whole-file fetch: filed on the read list
 	refs     int  // the fetch goroutine and every waiter/copier hold one
 	live     bool // in fs's index (findable); else freed when refs reach 0
 	freed    bool

@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -121,5 +122,79 @@ func waitIdle(t *testing.T, m *Manager) {
 			t.Fatal("GETs still in flight after 10 s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A sequential reader whose reads cross extent boundaries is planned once
+// per read: it never looks random, so it never starts a whole-file fetch.
+func TestBorrowSequentialStaysSequential(t *testing.T) {
+	mem := objtest.NewMem()
+	data := randBytes(8, 48*int(mib))
+	f := memFile(t, mem, "seq.bin", data)
+	m := newTestManager(t, Options{Getter: newCountGetter(mem, 0), MaxMemory: 128 * mib, PartSize: 4 * mib})
+	r := m.Open(f)
+	defer r.Close()
+	p := make([]byte, 1*mib)
+	for off := int64(512 * kib); off < f.Size; off += int64(len(p)) {
+		b, release, err := r.Borrow(context.Background(), p, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := min(off+int64(len(p)), f.Size)
+		if !bytes.Equal(b, data[off:end]) {
+			t.Fatalf("bytes at %d differ", off)
+		}
+		release()
+	}
+	r.mu.Lock()
+	random, next := r.randomReads, r.denseNext
+	r.mu.Unlock()
+	if random > 1 || next != 0 {
+		t.Errorf("sequential 1 MiB reads: %d counted random, whole-file fetch issued to %d; want at most 1 (the first) and 0", random, next)
+	}
+}
+
+// Only one file is fetched whole at a time: while another Reader owns the
+// whole-file fetch, a second file keeps right-sized random reads; once the
+// owner closes, the second file's fetch starts.
+func TestDenseOneFileAtATime(t *testing.T) {
+	mem := objtest.NewMem()
+	da := randBytes(9, 20*int(mib))
+	db := randBytes(10, 20*int(mib))
+	fa := memFile(t, mem, "a.lmdb", da)
+	fb := memFile(t, mem, "b.lmdb", db)
+	m := newTestManager(t, Options{Getter: newCountGetter(mem, 0), MaxMemory: 64 * mib, PartSize: 1 * mib})
+	ra, rb := m.Open(fa), m.Open(fb)
+	defer rb.Close()
+	m.mu.Lock()
+	m.denseOwner = ra // a's whole-file fetch is under way
+	m.mu.Unlock()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range denseRandomReads + 4 {
+		off := rng.Int64N(fb.Size - 4096)
+		if got := readAt(t, rb, off, 4096); !bytes.Equal(got, db[off:off+4096]) {
+			t.Fatal("b: bytes differ")
+		}
+	}
+	rb.mu.Lock()
+	bn := rb.denseNext
+	rb.mu.Unlock()
+	if bn != 0 {
+		t.Errorf("b's whole-file fetch issued to %d while a owns the fetch, want 0", bn)
+	}
+	ra.Close()
+	m.mu.Lock()
+	owner := m.denseOwner
+	m.mu.Unlock()
+	if owner != nil {
+		t.Error("the closed Reader still owns the whole-file fetch")
+	}
+	off := rng.Int64N(fb.Size - 4096)
+	readAt(t, rb, off, 4096)
+	rb.mu.Lock()
+	bn = rb.denseNext
+	rb.mu.Unlock()
+	if bn == 0 {
+		t.Error("b's whole-file fetch did not start once a's Reader closed")
 	}
 }

@@ -220,7 +220,7 @@ func TestIssueEmptySpanStops(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		// [from, to) is not covered but the limit clips every piece to empty.
-		done <- m.issueLocked(r, 100<<10, 200<<10, 100<<10, 16<<10, originAhead)
+		done <- m.issueLocked(r, 100<<10, 200<<10, 100<<10, 16<<10, originAhead, false)
 	}()
 	select {
 	case x := <-done:

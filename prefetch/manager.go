@@ -33,6 +33,7 @@ type Manager struct {
 	wakeArmed     bool                             // a goroutine waits on the current wake (else signalling is a no-op)
 	epochHeld     int64                            // bytes of pre-read files not yet read
 	epochInFlight int                              // pre-read GETs in flight
+	denseOwner    *Reader                          // the Reader fetching its file whole (see Reader.plan), if any
 	dirs          map[string]*dirState             // NoteDir'd directories by prefix
 	diskFills     map[string]*diskFill             // copies to Options.DiskCache in progress, by key
 }
@@ -289,7 +290,7 @@ func (m *Manager) keepFreshLocked(e *extent) bool {
 	case originEpoch:
 		return e.held
 	case originAhead:
-		return !e.owner.closed.Load()
+		return !e.dense && !e.owner.closed.Load()
 	}
 	return true
 }

@@ -2,7 +2,6 @@ package prefetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -48,9 +47,9 @@ func (r *Reader) File() File { return r.f }
 // promptly, with ErrClosed, when the Reader or its Manager is closed, even
 // if the Getter ignores its context.
 func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	n, err := r.visit(ctx, off, int64(len(p)), func(at int64, b []byte) error {
+	n, err := r.visit(ctx, off, int64(len(p)), func(at int64, b []byte) (bool, error) {
 		copy(p[at-off:], b)
-		return nil
+		return false, nil
 	}, nil)
 	return int(n), err
 }
@@ -63,7 +62,7 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // modified. An error from fn stops the walk and is returned as is. View
 // returns the number of bytes passed to fn; errors as ReadAt.
 func (r *Reader) View(ctx context.Context, off, n int64, fn func(at int64, b []byte) error) (int64, error) {
-	return r.visit(ctx, off, n, fn, nil)
+	return r.visit(ctx, off, n, func(at int64, b []byte) (bool, error) { return false, fn(at, b) }, nil)
 }
 
 // Borrow returns the object's bytes [off, off+len(p)) (clipped to the end
@@ -77,12 +76,15 @@ func (r *Reader) View(ctx context.Context, off, n int64, fn func(at int64, b []b
 func (r *Reader) Borrow(ctx context.Context, p []byte, off int64) (b []byte, release func(), err error) {
 	want := min(int64(len(p)), max(r.f.Size-off, 0))
 	var held []*extent
-	_, err = r.visit(ctx, off, want, func(at int64, c []byte) error {
-		if at != off || int64(len(c)) != want {
-			return errSpans
+	copied := false
+	_, err = r.visit(ctx, off, want, func(at int64, c []byte) (bool, error) {
+		if at == off && int64(len(c)) == want {
+			b = c
+			return true, nil
 		}
-		b = c
-		return nil
+		copy(p[at-off:], c)
+		copied = true
+		return false, nil
 	}, &held)
 	release = func() {
 		for _, e := range held {
@@ -91,27 +93,22 @@ func (r *Reader) Borrow(ctx context.Context, p []byte, off int64) (b []byte, rel
 		held = nil
 	}
 	switch {
-	case err == nil && b != nil:
-		return b, release, nil
-	case err == nil: // nothing to read
+	case err != nil:
 		release()
-		return p[:0], func() {}, nil
-	}
-	release()
-	if !errors.Is(err, errSpans) {
 		return nil, func() {}, err
+	case b != nil:
+		return b, release, nil
+	case copied:
+		return p[:want], func() {}, nil
 	}
-	n, err := r.ReadAt(ctx, p, off)
-	return p[:n], func() {}, err
+	return p[:0], func() {}, nil
 }
 
-// errSpans stops a Borrow walk whose range is not in one buffer.
-var errSpans = errors.New("prefetch: range spans buffers")
-
-// visit walks [off, off+n) through the cache, fetching what is missing.
-// With hold non-nil, the extents passed to fn are appended to *hold
-// instead of released (the caller releases them with release(e, true)).
-func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []byte) error, hold *[]*extent) (int64, error) {
+// visit walks [off, off+n) through the cache, fetching what is missing,
+// and calls fn with each extent's bytes in order. When fn returns true
+// (and hold is non-nil) the extent is appended to *hold instead of
+// released, for the caller to release with release(e, true).
+func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []byte) (bool, error), hold *[]*extent) (int64, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("%w: %d", ErrInvalidOffset, off)
 	}
@@ -181,8 +178,8 @@ func (r *Reader) visit(ctx context.Context, off, n int64, fn func(at int64, b []
 		}
 		canceled, retried = 0, -1
 		b := e.buf[cur-e.off : min(e.end, end)-e.off]
-		err = fn(cur, b)
-		if hold != nil {
+		keep, err := fn(cur, b)
+		if keep && hold != nil {
 			*hold = append(*hold, e)
 		} else {
 			r.m.release(e, true)
@@ -223,9 +220,9 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 			m.mu.Lock()
 			if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) {
 				// A large random read: fetch its parts concurrently if memory allows.
-				m.issueLocked(r, alignDown(off, r.g.gran), end, alignUp(end, r.g.gran), r.g.partSize, originDemand)
+				m.issueLocked(r, alignDown(off, r.g.gran), end, alignUp(end, r.g.gran), r.g.partSize, originDemand, false)
 			}
-			if dense {
+			if dense && (m.denseOwner == nil || m.denseOwner == r || m.denseOwner.closed.Load()) {
 				// Sustained random reads of a file that fits well in the
 				// budget (an LMDB, HDF5 or zip data file read by index):
 				// besides this read's own granule, fetch the whole file
@@ -233,8 +230,15 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 				// budget and the concurrency cap, resumed by later reads),
 				// so that later random reads are served from memory. The
 				// bytes fetched stay below the file's size plus the
-				// granules of the first reads.
-				r.denseNext = m.issueLocked(r, r.denseNext, r.f.Size, r.f.Size, r.g.partSize, originAhead)
+				// granules of the first reads. One file at a time, and
+				// its extents go on the read list, where other read-ahead
+				// may evict them: whole-file fetches never crowd out the
+				// rest of the budget.
+				m.denseOwner = r
+				r.denseNext = m.issueLocked(r, r.denseNext, r.f.Size, r.f.Size, r.g.partSize, originAhead, true)
+				if r.denseNext >= r.f.Size {
+					m.denseOwner = nil
+				}
 			}
 			m.mu.Unlock()
 		}
@@ -245,7 +249,7 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 	target := min(r.f.Size, s.next+s.window)
 	if from < target {
 		m.mu.Lock()
-		s.raEnd = m.issueLocked(r, from, target, r.f.Size, piece, originAhead)
+		s.raEnd = m.issueLocked(r, from, target, r.f.Size, piece, originAhead, false)
 		m.mu.Unlock()
 	}
 	return modeSeq, piece
@@ -255,7 +259,8 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 // of at most piece bytes (clipped to limit) with memory reserved without
 // waiting. It stops at the first piece it cannot start (budget, or the
 // read-ahead concurrency cap) and returns how far the range is covered.
-func (m *Manager) issueLocked(r *Reader, from, to, limit, piece int64, o origin) int64 {
+// dense marks the extents of a whole-file fetch (see plan).
+func (m *Manager) issueLocked(r *Reader, from, to, limit, piece int64, o origin, dense bool) int64 {
 	x := from
 	for x < to {
 		if m.closed || r.closed.Load() {
@@ -279,7 +284,8 @@ func (m *Manager) issueLocked(r *Reader, from, to, limit, piece int64, o origin)
 			m.forgetFileLocked(fs)
 			break
 		}
-		m.newExtentLocked(r.fk, sp, o, r, false)
+		ne := m.newExtentLocked(r.fk, sp, o, r, false)
+		ne.dense = dense // before the fetch ends: it takes m.mu to file ne
 		x = sp.end
 	}
 	return x
@@ -392,6 +398,9 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	r.closed.Store(true)
+	if m.denseOwner == r {
+		m.denseOwner = nil
+	}
 	for _, e := range r.ahead {
 		m.demoteLocked(e)
 	}
