@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -260,5 +261,38 @@ func TestDatasetModeChangedObject(t *testing.T) {
 		if !bytes.Equal(buf, updated[off:off+4096]) {
 			t.Errorf("read at %d after the sweep = %q..., want the new version", off, buf[:8])
 		}
+	}
+}
+
+// interruptGrace: the READ's context outlives an INTERRUPT by the grace,
+// ends when the grace is over, and ends at once when the READ is done.
+func TestInterruptGrace(t *testing.T) {
+	parent, interrupt := context.WithCancel(context.Background())
+	ctx, done := interruptGrace(parent, 100*time.Millisecond)
+	defer done()
+	start := time.Now()
+	interrupt()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("READ context ended %v after the INTERRUPT, want after the 100 ms grace", time.Since(start))
+	case <-time.After(50 * time.Millisecond):
+	}
+	select {
+	case <-ctx.Done():
+		if d := time.Since(start); d < 100*time.Millisecond {
+			t.Errorf("ended after %v, before the grace", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("READ context still live 5 s after an INTERRUPT with a 100 ms grace")
+	}
+
+	live, stop := context.WithCancel(context.Background())
+	defer stop()
+	ctx2, done2 := interruptGrace(live, time.Hour)
+	done2()
+	select {
+	case <-ctx2.Done():
+	default:
+		t.Error("READ context live after its cancel")
 	}
 }
