@@ -242,19 +242,22 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
-// refreshStale looks up a file whose object was seen to change (HEAD) and
-// records the new version.
-func (n *fileNode) refreshStale(ctx context.Context) syscall.Errno {
+// lookupAgain looks up a file whose object was seen to change (HEAD, for
+// op) and records the new version, after calling before (if set) once the
+// new version is known. A missing object is noted gone (ENOENT).
+func (n *fileNode) lookupAgain(ctx context.Context, op string, before func()) syscall.Errno {
 	f := n.fsys
-	key, _, _ := n.key()
+	key, d, name := n.key()
 	info, err := f.store.Stat(ctx, key)
 	if err != nil {
-		errno := f.errno("open", key, err)
+		errno := f.errno(op, key, err)
 		if errno == syscall.ENOENT {
-			_, d, name := n.key()
 			d.noteGone(name)
 		}
 		return errno
+	}
+	if before != nil {
+		before()
 	}
 	n.mu.Lock()
 	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
@@ -269,7 +272,7 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 	stale := n.stale
 	n.mu.Unlock()
 	if stale {
-		if errno := n.refreshStale(ctx); errno != 0 {
+		if errno := n.lookupAgain(ctx, "open", nil); errno != 0 {
 			return nil, 0, errno
 		}
 	}

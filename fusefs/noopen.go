@@ -37,8 +37,28 @@ type sharedReader struct {
 	users  int   // READs in progress
 	served int64 // bytes returned so far
 	last   int64 // unix ns at the end of the latest READ
-	closed bool
-	stale  bool // a read found the object changed: replace once idle
+	// retired: unlinked from its fileNode, so that no new READ takes it;
+	// closed once no READ uses it.
+	retired bool
+	closed  bool // closed, or about to be by whoever set it
+}
+
+// retireLocked unlinks s from n (n.mu held).
+func (n *fileNode) retireLocked(s *sharedReader) {
+	s.retired = true
+	if n.shared == s {
+		n.shared = nil
+	}
+}
+
+// closeOwedLocked reports whether the caller must close s now: it is
+// retired, unused and not closed yet (n.mu held).
+func (s *sharedReader) closeOwedLocked() bool {
+	if s.retired && s.users == 0 && !s.closed {
+		s.closed = true
+		return true
+	}
+	return false
 }
 
 // noOpen reports whether the mount runs in dataset mode (see above).
@@ -133,7 +153,6 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 
 	res, errno := s.h.Read(ctx, dest, off)
 
-	var closeNow bool
 	n.mu.Lock()
 	s.users--
 	s.last = f.now()
@@ -141,10 +160,7 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 	case errno == syscall.ESTALE:
 		// The object changed on the server (markStale has set n.stale):
 		// this reader is done, and the sweeper refreshes the file.
-		s.stale = true
-		if s.users == 0 {
-			closeNow = n.detachSharedLocked(s)
-		}
+		n.retireLocked(s)
 		f.trackStale(n)
 	case errno == 0:
 		got := int64(res.Size())
@@ -153,28 +169,16 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 		// the next READ (a later epoch whose pages were evicted) starts
 		// a new reader, which is also what tells the epoch pre-reader
 		// that the file is being read again.
-		if s.users == 0 && (s.stale || s.served >= s.h.size && off+got >= s.h.size) {
-			closeNow = n.detachSharedLocked(s)
+		if s.users == 0 && s.served >= s.h.size && off+got >= s.h.size {
+			n.retireLocked(s)
 		}
 	}
+	closeNow := s.closeOwedLocked()
 	n.mu.Unlock()
 	if closeNow {
 		_ = s.h.r.Close()
 	}
 	return res, errno
-}
-
-// detachSharedLocked unlinks s from n (if it is still n's) and reports
-// whether the caller must close it. n.mu must be held.
-func (n *fileNode) detachSharedLocked(s *sharedReader) bool {
-	if s.closed {
-		return false
-	}
-	s.closed = true
-	if n.shared == s {
-		n.shared = nil
-	}
-	return true
 }
 
 // sharedSet is the set of open sharedReaders, swept for idle ones by one
@@ -225,22 +229,9 @@ func (f *filesys) startSweepLocked() {
 // page locks that a READ of the inode in progress holds (such READs are
 // answered ESTALE at once meanwhile).
 func (n *fileNode) refreshDataset(ctx context.Context) bool {
-	f := n.fsys
-	key, d, name := n.key()
-	info, err := f.store.Stat(ctx, key)
-	if err != nil {
-		if f.errno("refresh", key, err) == syscall.ENOENT {
-			d.noteGone(name)
-			return true
-		}
-		return false // try again on the next sweep
-	}
-	n.NotifyContent(0, 0)
-	n.mu.Lock()
-	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
-	n.exists, n.stale = true, false
-	n.mu.Unlock()
-	return true
+	errno := n.lookupAgain(ctx, "refresh", func() { n.NotifyContent(0, 0) })
+	// Any other error: try again on the next sweep.
+	return errno == 0 || errno == syscall.ENOENT
 }
 
 // sweepShared closes sharedReaders idle for sharedIdle, until none is left
@@ -270,9 +261,6 @@ func (f *filesys) closeShared(idle int64) (empty bool) {
 	for s, n := range f.shared.readers {
 		all[s] = n
 	}
-	f.shared.mu.Unlock()
-
-	f.shared.mu.Lock()
 	var stale []*fileNode
 	for n := range f.shared.stale {
 		stale = append(stale, n)
@@ -291,12 +279,13 @@ func (f *filesys) closeShared(idle int64) (empty bool) {
 	var toClose, gone []*sharedReader
 	for s, n := range all {
 		n.mu.Lock()
-		switch {
-		case s.closed:
-			gone = append(gone, s)
-		case s.users == 0 && now-s.last >= idle:
-			n.detachSharedLocked(s)
+		if s.users == 0 && now-s.last >= idle {
+			n.retireLocked(s)
+		}
+		if s.closeOwedLocked() {
 			toClose = append(toClose, s)
+		}
+		if s.closed {
 			gone = append(gone, s)
 		}
 		n.mu.Unlock()
