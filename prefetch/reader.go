@@ -76,14 +76,12 @@ func (r *Reader) View(ctx context.Context, off, n int64, fn func(at int64, b []b
 func (r *Reader) Borrow(ctx context.Context, p []byte, off int64) (b []byte, release func(), err error) {
 	want := min(int64(len(p)), max(r.f.Size-off, 0))
 	var held []*extent
-	copied := false
 	_, err = r.visit(ctx, off, want, func(at int64, c []byte) (bool, error) {
 		if at == off && int64(len(c)) == want {
 			b = c
 			return true, nil
 		}
 		copy(p[at-off:], c)
-		copied = true
 		return false, nil
 	}, &held)
 	release = func() {
@@ -98,10 +96,8 @@ func (r *Reader) Borrow(ctx context.Context, p []byte, off int64) (b []byte, rel
 		return nil, func() {}, err
 	case b != nil:
 		return b, release, nil
-	case copied:
-		return p[:want], func() {}, nil
 	}
-	return p[:0], func() {}, nil
+	return p[:want], func() {}, nil // copied (or nothing to read)
 }
 
 // visit walks [off, off+n) through the cache, fetching what is missing,
@@ -203,6 +199,28 @@ const maxCanceledRetries = 64
 // whole fetch worth it (when the file fits in half the budget).
 const denseRandomReads = 16
 
+// fetchWholeLocked goes on fetching the whole file, for sustained random
+// reads of a file that fits well in the budget (an LMDB, HDF5 or zip data
+// file read by index): besides each read's own granule, the file is
+// fetched front to back in part-sized read-ahead GETs (within the budget
+// and the concurrency cap, resumed by later reads), so that later random
+// reads are served from memory. The bytes fetched stay below the file's
+// size plus the granules of the first reads. One file at a time, and its
+// extents go on the read list, where other read-ahead may evict them:
+// whole-file fetches never crowd out the rest of the budget. r.mu and
+// m.mu are held.
+func (r *Reader) fetchWholeLocked() {
+	m := r.m
+	if m.denseOwner != nil && m.denseOwner != r && !m.denseOwner.closed.Load() {
+		return
+	}
+	m.denseOwner = r
+	r.denseNext = m.issueLocked(r, r.denseNext, r.f.Size, r.f.Size, r.g.partSize, originAhead, true)
+	if r.denseNext >= r.f.Size {
+		m.denseOwner = nil
+	}
+}
+
 // plan classifies the read, issues read-ahead for a sequential stream and
 // returns how to size a demand miss.
 func (r *Reader) plan(off, end int64) (readMode, int64) {
@@ -215,30 +233,16 @@ func (r *Reader) plan(off, end int64) (readMode, int64) {
 	s := r.ss.observe(off, end)
 	if s.window == 0 {
 		r.randomReads++
+		spans := partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize)
 		dense := r.randomReads >= denseRandomReads && r.f.Size <= m.o.MaxMemory/2 && r.denseNext < r.f.Size
-		if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) || dense {
+		if spans || dense {
 			m.mu.Lock()
-			if partOf(off, r.g.partSize) != partOf(end-1, r.g.partSize) {
+			if spans {
 				// A large random read: fetch its parts concurrently if memory allows.
 				m.issueLocked(r, alignDown(off, r.g.gran), end, alignUp(end, r.g.gran), r.g.partSize, originDemand, false)
 			}
-			if dense && (m.denseOwner == nil || m.denseOwner == r || m.denseOwner.closed.Load()) {
-				// Sustained random reads of a file that fits well in the
-				// budget (an LMDB, HDF5 or zip data file read by index):
-				// besides this read's own granule, fetch the whole file
-				// front to back in part-sized read-ahead GETs (within the
-				// budget and the concurrency cap, resumed by later reads),
-				// so that later random reads are served from memory. The
-				// bytes fetched stay below the file's size plus the
-				// granules of the first reads. One file at a time, and
-				// its extents go on the read list, where other read-ahead
-				// may evict them: whole-file fetches never crowd out the
-				// rest of the budget.
-				m.denseOwner = r
-				r.denseNext = m.issueLocked(r, r.denseNext, r.f.Size, r.f.Size, r.g.partSize, originAhead, true)
-				if r.denseNext >= r.f.Size {
-					m.denseOwner = nil
-				}
+			if dense {
+				r.fetchWholeLocked()
 			}
 			m.mu.Unlock()
 		}
