@@ -127,9 +127,8 @@ type rawResponse struct {
 // up to the attempt limit. The caller closes body.
 func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*rawResponse, error) {
 	var err error
-	skewFixed := false
 	for attempt := 0; attempt < g.tries; attempt++ {
-		if attempt > 0 && !skewFixed {
+		if attempt > 0 {
 			g.retries.Add(1)
 			t := time.NewTimer(g.backoff.delay(attempt))
 			select {
@@ -141,11 +140,11 @@ func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*
 		}
 		var r *rawResponse
 		r, err = g.getOnce(ctx, key, rng, ifMatch)
+		if err != nil && g.learnSkew(err) {
+			r, err = g.getOnce(ctx, key, rng, ifMatch) // signed again at once with the server's time
+		}
 		if err == nil {
 			return r, nil
-		}
-		if skewFixed = !skewFixed && attempt+1 < g.tries && g.learnSkew(err); skewFixed {
-			continue // signed again at once with the server's time
 		}
 		if ctx.Err() != nil || !retryable(err) {
 			return nil, err
