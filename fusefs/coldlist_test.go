@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,9 +69,10 @@ func TestColdDirectoryListedAfterMisses(t *testing.T) {
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	waitRefresh(t, d, func(d *dirNode) bool { return d.listed })
-	// The root's probe of "d", one probe per miss, one listing page.
-	if l := c.Count("List"); l != 1+coldListMisses+1 {
-		t.Errorf("first %d stats and the background listing made %d LISTs, want %d", coldListMisses, l, coldListMisses+2)
+	// The root's probe of "d", one probe per miss but the last (which
+	// starts the listing and waits for it), one listing page.
+	if l := c.Count("List"); l != 1+coldListMisses {
+		t.Errorf("first %d stats and the background listing made %d LISTs, want %d", coldListMisses, l, coldListMisses+1)
 	}
 	if h := c.Count("Stat"); h != 0 {
 		t.Errorf("%d HEADs, want 0", h)
@@ -155,5 +157,139 @@ func TestColdDirectoryListingFails(t *testing.T) {
 	}
 	if n := c.Count("List") - c.KeyCount("List", "d/") - c.KeyCount("List", "d"); n != coldFiles {
 		t.Errorf("%d probes in d/, want %d", n, coldFiles)
+	}
+}
+
+// probesIn counts the lookup probes in d/ that c saw: LISTs other than
+// the listing of d/ itself and the root's probe of d.
+func probesIn(c *objtest.Counting) int64 {
+	return c.Count("List") - c.KeyCount("List", "d/") - c.KeyCount("List", "d")
+}
+
+// Names looked up in listing order while the background listing of a
+// large directory runs wait for the page that covers them instead of
+// each costing a probe.
+func TestLookupWaitsForBackgroundListing(t *testing.T) {
+	requireFUSE(t)
+	defer func(n int32) { listPageSize = n }(listPageSize)
+	listPageSize = 10 // coldFiles in 10 pages
+	mem := objtest.NewMem()
+	seedCold(mem)
+	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
+		if op == "List" && key == "d/" {
+			time.Sleep(20 * time.Millisecond) // every page
+		}
+		return nil
+	}})
+	c := objtest.NewCounting(fa)
+	mnt, srv := testMountServer(t, c, Options{})
+	statCold(t, mnt, 0)
+	d := srv.root.GetChild("d").Operations().(*dirNode)
+	// The listing reads listPageSize: let it end before that is restored.
+	defer waitRefresh(t, d, func(*dirNode) bool { return true })
+	for i := 1; i < coldFiles; i++ {
+		statCold(t, mnt, i)
+	}
+	if n := probesIn(c); n != coldListMisses-1 {
+		t.Errorf("%d probes, want %d (the misses before the listing started)", n, coldListMisses-1)
+	}
+	waitRefresh(t, d, func(d *dirNode) bool { return d.listed })
+	if n := c.KeyCount("List", "d/"); n != coldFiles/10 {
+		t.Errorf("listing of d/ took %d pages, want %d", n, coldFiles/10)
+	}
+	d.mu.Lock()
+	hits, misses := d.waitHits, d.waitMisses
+	d.mu.Unlock()
+	if hits == 0 || misses != 0 {
+		t.Errorf("waits for the listing: %d answered, %d gave up; want some answered and none given up", hits, misses)
+	}
+	_, err := os.Lstat(join(mnt, "d", "absent"))
+	wantErrno(t, "lstat d/absent", err, syscall.ENOENT)
+	if n := probesIn(c); n != coldListMisses-1 {
+		t.Errorf("lstat of an absent name after the listing probed (%d probes)", n)
+	}
+}
+
+// A name the background listing has passed without seeing it is absent,
+// with no probe, while the listing still runs.
+func TestLookupAbsentDecidedByListingPage(t *testing.T) {
+	requireFUSE(t)
+	defer func(n int32) { listPageSize = n }(listPageSize)
+	listPageSize = 10
+	release := make(chan struct{})
+	mem := objtest.NewMem()
+	seedCold(mem)
+	var pages atomic.Int32
+	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
+		// The first two pages come at once, the third not before
+		// release: the listing stays under way.
+		if op == "List" && key == "d/" && pages.Add(1) > 2 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return nil
+	}})
+	c := objtest.NewCounting(fa)
+	mnt, srv := testMountServer(t, c, Options{})
+	for i := range coldListMisses {
+		statCold(t, mnt, i)
+	}
+	d := srv.root.GetChild("d").Operations().(*dirNode)
+	// The listing reads listPageSize: let it end before that is restored.
+	defer waitRefresh(t, d, func(*dirNode) bool { return true })
+	defer close(release)
+	// "f005x" sorts between f005 and f006, in the first page.
+	_, err := os.Lstat(join(mnt, "d", "f005x"))
+	wantErrno(t, "lstat d/f005x", err, syscall.ENOENT)
+	statCold(t, mnt, 15) // second page
+	if n := probesIn(c); n != coldListMisses-1 {
+		t.Errorf("%d probes, want %d", n, coldListMisses-1)
+	}
+	d.mu.Lock()
+	running := d.refreshing
+	d.mu.Unlock()
+	if !running {
+		t.Error("the listing ended before its third page was released")
+	}
+}
+
+// Lookups that the background listing does not reach within listWait
+// probe; after listWaitMisses such waits they stop waiting for it.
+func TestLookupStopsWaitingForSlowListing(t *testing.T) {
+	requireFUSE(t)
+	defer func(w time.Duration) { listWait = w }(listWait)
+	listWait = 20 * time.Millisecond
+	release := make(chan struct{})
+	mem := objtest.NewMem()
+	seedCold(mem)
+	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
+		if op == "List" && key == "d/" {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return nil
+	}})
+	c := objtest.NewCounting(fa)
+	mnt, srv := testMountServer(t, c, Options{})
+	statCold(t, mnt, 0)
+	d := srv.root.GetChild("d").Operations().(*dirNode)
+	defer waitRefresh(t, d, func(*dirNode) bool { return true })
+	defer close(release)
+	n := coldListMisses + listWaitMisses + 10
+	for i := 1; i < n; i++ {
+		statCold(t, mnt, i)
+	}
+	if got := probesIn(c); got != int64(n) {
+		t.Errorf("%d probes, want %d (every lookup)", got, n)
+	}
+	d.mu.Lock()
+	hits, misses := d.waitHits, d.waitMisses
+	d.mu.Unlock()
+	if hits != 0 || misses != listWaitMisses {
+		t.Errorf("waits: %d answered, %d gave up; want 0 and %d", hits, misses, listWaitMisses)
 	}
 }

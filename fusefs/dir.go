@@ -68,6 +68,17 @@ type dirNode struct {
 	// background listing. coldFailAt: when such a listing last failed.
 	misses             int
 	missAt, coldFailAt int64
+	// While refreshing: every name whose key+"/" sorts at or before
+	// listKey has been decided by the background listing, which began at
+	// listFrom (unix ns) when gen was listGen; listAdvance is closed (and
+	// replaced) each time listKey moves and when the listing ends.
+	// waitHits and waitMisses count this listing's lookups that it
+	// answered and those that gave up waiting (see awaitListingLocked).
+	listKey              string
+	listFrom             int64
+	listGen              uint64
+	listAdvance          chan struct{}
+	waitHits, waitMisses int
 }
 
 var (
@@ -158,19 +169,40 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
+	if !validName(name) {
+		d.mu.Unlock()
+		return dirent{}, nil, syscall.ENOENT
+	}
+	// A Go caller's preemption signal interrupts a LOOKUP that waits for
+	// the store; without a grace it would fail with EINTR.
+	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
+	defer cancel()
 	relist := !d.refreshing && ((d.listed && len(d.ents) >= refreshMinEntries) || d.noteMissLocked())
 	if relist {
 		d.refreshing = true
 		d.misses, d.missAt = 0, 0
-	}
-	d.mu.Unlock()
-	if relist {
+		d.listKey, d.listFrom, d.listGen = "", f.now(), d.gen
+		d.listAdvance = make(chan struct{})
+		d.waitHits, d.waitMisses = 0, 0
 		go d.refresh()
 	}
-
-	if !validName(name) {
-		return dirent{}, nil, syscall.ENOENT
+	if d.refreshing {
+		if ent, found, decided := d.awaitListingLocked(ctx, name); decided {
+			if p := d.pending[name]; p != nil {
+				d.mu.Unlock()
+				return dirent{}, p, 0
+			}
+			if !found {
+				d.setNegLocked(name)
+				d.mu.Unlock()
+				return dirent{}, nil, syscall.ENOENT
+			}
+			d.mu.Unlock()
+			return ent, nil, 0
+		}
 	}
+	d.mu.Unlock()
+
 	ent, found, err := d.probe(ctx, name)
 	if err != nil {
 		return dirent{}, nil, f.errno("lookup", childKey(d.key, name), err)
@@ -213,6 +245,83 @@ const coldListMisses = 8
 // none is tried again for this long (lookups keep using probes).
 const coldListBackoff = time.Minute
 
+// listWait bounds how long a lookup waits for a background listing to
+// reach its name before it probes instead (a variable for tests).
+var listWait = 500 * time.Millisecond
+
+// listWaitMisses is how many waits for one background listing may give
+// up before lookups stop waiting for it, unless more of its waits were
+// answered than gave up: a listing that walks a large directory in an
+// order the lookups do not follow is then left alone.
+const listWaitMisses = 8
+
+// awaitListingLocked waits for the background listing under way (d.mu
+// held on entry and on return, released while waiting) to decide name.
+// decided is false when the listing ends, fails or does not reach name
+// within listWait, when ents changed under it, or when this listing has
+// stopped being worth waiting for; the caller then probes. Waiting
+// instead of probing matters when names are opened in listing order
+// without a readdir (a file of paths, a benchmark): each probe is a LIST
+// request, and on servers that walk the directory for every prefix
+// listing (versitygw's posix backend) a probe costs the server about as
+// much CPU as listing a thousand names.
+func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dirent, found, decided bool) {
+	if d.waitMisses >= listWaitMisses && d.waitHits <= d.waitMisses {
+		return dirent{}, false, false
+	}
+	key := childKey(d.key, name) + "/"
+	var timer *time.Timer
+	for {
+		if d.listAdvance == nil {
+			// The listing ended; if it completed, ents is the directory.
+			if d.fsys.fresh(d.completeAt, d.fsys.o.MetadataTTL) {
+				e, ok := d.ents[name]
+				return e, ok, true
+			}
+			return dirent{}, false, false
+		}
+		if d.gen != d.listGen {
+			return dirent{}, false, false
+		}
+		if key <= d.listKey {
+			d.waitHits++
+			e, ok := d.ents[name]
+			if ok && e.seen >= d.listFrom {
+				return e, true, true
+			}
+			return dirent{}, false, true
+		}
+		if timer == nil {
+			timer = time.NewTimer(listWait)
+			defer timer.Stop()
+		}
+		ch := d.listAdvance
+		d.mu.Unlock()
+		select {
+		case <-ch:
+			d.mu.Lock()
+		case <-timer.C:
+			d.mu.Lock()
+			d.waitMisses++
+			return dirent{}, false, false
+		case <-ctx.Done():
+			d.mu.Lock()
+			return dirent{}, false, false
+		}
+	}
+}
+
+// listedUpToLocked records that the background listing has decided every
+// name up to key and wakes the lookups waiting for it; d.mu must be held.
+func (d *dirNode) listedUpToLocked(key string) {
+	if d.listAdvance == nil || key <= d.listKey {
+		return
+	}
+	d.listKey = key
+	close(d.listAdvance)
+	d.listAdvance = make(chan struct{})
+}
+
 // noteMissLocked counts a lookup miss and reports whether it is the one
 // that should start a background listing; d.mu must be held.
 func (d *dirNode) noteMissLocked() bool {
@@ -238,12 +347,16 @@ func (d *dirNode) refresh() {
 	defer func() {
 		d.mu.Lock()
 		d.refreshing = false
+		if d.listAdvance != nil {
+			close(d.listAdvance)
+			d.listAdvance = nil
+		}
 		if failed {
 			d.coldFailAt = d.fsys.now()
 		}
 		d.mu.Unlock()
 	}()
-	h := &dirHandle{d: d}
+	h := &dirHandle{d: d, track: true}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.start(true)

@@ -85,8 +85,9 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	return n.sharedRead(ctx, dest, off)
 }
 
-// readInterruptGrace is how long a READ goes on after the kernel has
-// forwarded a signal of the reader as an INTERRUPT.
+// readInterruptGrace is how long a READ (or a LOOKUP that has to ask
+// the store) goes on after the kernel has forwarded a signal of the
+// caller as an INTERRUPT.
 const readInterruptGrace = 250 * time.Millisecond
 
 // interruptGrace returns a context that ends grace after ctx does (or when

@@ -13,8 +13,9 @@ import (
 	"github.com/os2g/os2g/prefetch"
 )
 
-// listPageSize is the LIST page size used by readdir (the S3 maximum).
-const listPageSize = 1000
+// listPageSize is the LIST page size used by readdir (the S3 maximum);
+// a variable only so that tests can list in several pages.
+var listPageSize int32 = 1000
 
 // OpendirHandle implements fs.NodeOpendirHandler. The handle streams the
 // directory page by page: the first entries reach getdents after the
@@ -145,6 +146,9 @@ type dirHandle struct {
 	skip      map[string]bool // names emitted from d.pending at the start
 	last      listed
 	files     []prefetch.File // for Manager.NoteDir (nil without prefetch)
+	// track: this is the background listing (refresh) that lookups may
+	// wait for; each page moves d.listKey.
+	track bool
 }
 
 var (
@@ -234,7 +238,7 @@ func (h *dirHandle) fillFromCache() bool {
 	d := h.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for len(h.names) > 0 && len(h.queue) < listPageSize {
+	for len(h.names) > 0 && len(h.queue) < int(listPageSize) {
 		name := h.names[0]
 		h.names = h.names[1:]
 		if e, ok := d.ents[name]; ok {
@@ -291,6 +295,9 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 			h.files = append(h.files, prefetch.File{Key: childKey(d.key, e.name), Size: e.e.size, ETag: e.e.etag})
 		}
 	}
+	if h.track && !h.eof {
+		d.listedUpToLocked(decidedUpTo(page, h.l.held))
+	}
 	if h.eof && d.gen == h.startGen {
 		for name, e := range d.ents {
 			if e.seen < h.listStart {
@@ -307,6 +314,26 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		h.files = nil
 	}
 	return 0
+}
+
+// decidedUpTo is the greatest key up to which a listing that has just
+// taken page (of a truncated listing) has decided every name: the page's
+// last key, or if files are still held back (a common prefix of the same
+// name could follow) just below the first of them. "" if nothing is decided.
+func decidedUpTo(page objclient.ListPage, held []objclient.ObjectInfo) string {
+	last := ""
+	if n := len(page.Objects); n > 0 {
+		last = page.Objects[n-1].Key
+	}
+	if n := len(page.CommonPrefixes); n > 0 {
+		last = max(last, page.CommonPrefixes[n-1])
+	}
+	for _, h := range held {
+		// h.Key+"/" is undecided; every name whose key+"/" sorts before
+		// it is decided. h.Key itself sorts before h.Key+"/".
+		last = min(last, h.Key)
+	}
+	return last
 }
 
 // checkZero decides, for zero-byte objects, whether they are
