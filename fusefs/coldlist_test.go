@@ -293,3 +293,50 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 		t.Errorf("waits: %d answered, %d gave up; want 0 and %d", hits, misses, listWaitMisses)
 	}
 }
+
+// Pages of a background listing reach the prefetcher as they come, so
+// reading the files of the first pages starts epoch pre-reading while
+// the rest of the directory is still being listed.
+func TestPartialListingStartsEpoch(t *testing.T) {
+	requireFUSE(t)
+	defer func(n int32) { listPageSize = n }(listPageSize)
+	listPageSize = 10
+	release := make(chan struct{})
+	mem := objtest.NewMem()
+	seedCold(mem)
+	var pages atomic.Int32
+	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
+		if op == "List" && key == "d/" && pages.Add(1) > 3 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return nil
+	}})
+	c := objtest.NewCounting(fa)
+	pm, err := prefetch.New(prefetch.Options{Getter: c, MaxMemory: 64 << 20, EpochIdle: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pm.Close)
+	mnt, srv := testMountServer(t, c, Options{Prefetch: pm})
+	statCold(t, mnt, 0)
+	d := srv.root.GetChild("d").Operations().(*dirNode)
+	defer waitRefresh(t, d, func(*dirNode) bool { return true })
+	defer close(release)
+	for i := range 30 {
+		if b := readFile(t, join(mnt, "d", coldName(i))); !bytes.Equal(b, coldData(i)) {
+			t.Fatalf("%s: wrong content (%d bytes)", coldName(i), len(b))
+		}
+	}
+	d.mu.Lock()
+	running := d.refreshing
+	d.mu.Unlock()
+	if !running {
+		t.Fatal("the listing ended before its fourth page was released")
+	}
+	if s := pm.Stats(); s.EpochStarts == 0 {
+		t.Errorf("no epoch pre-reading after reading 30 files of the first 3 pages: %+v", s)
+	}
+}

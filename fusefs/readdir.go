@@ -17,6 +17,10 @@ import (
 // a variable only so that tests can list in several pages.
 var listPageSize int32 = 1000
 
+// firstTrackedPage is the size of the first page of a background listing
+// that lookups wait for (see dirNode.awaitListingLocked).
+const firstTrackedPage = 100
+
 // OpendirHandle implements fs.NodeOpendirHandler. The handle streams the
 // directory page by page: the first entries reach getdents after the
 // first LIST page, and only one page is held by the handle.
@@ -252,7 +256,13 @@ func (h *dirHandle) fillFromCache() bool {
 func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	d := h.d
 	f := d.fsys
-	page, err := f.store.List(ctx, objclient.ListRequest{Prefix: d.key, Delimiter: "/", ContinuationToken: h.token, MaxKeys: listPageSize})
+	size := listPageSize
+	if h.track && h.token == "" {
+		// Lookups wait for this listing: a short first page answers the
+		// first of them sooner.
+		size = min(size, firstTrackedPage)
+	}
+	page, err := f.store.List(ctx, objclient.ListRequest{Prefix: d.key, Delimiter: "/", ContinuationToken: h.token, MaxKeys: size})
 	if err != nil {
 		return f.errno("readdir", d.key, err)
 	}
@@ -283,6 +293,7 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	}
 	// Drop pending names (already emitted) and record the rest.
 	kept := out[:0]
+	nfiles := len(h.files)
 	d.mu.Lock()
 	for _, e := range out {
 		if h.skip[e.name] {
@@ -309,9 +320,13 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	}
 	d.mu.Unlock()
 	h.queue = kept
-	if h.eof && h.files != nil {
+	switch {
+	case h.eof && h.files != nil:
 		f.pf.NoteDir(d.key, h.files)
 		h.files = nil
+	case h.files != nil && len(h.files) > nfiles:
+		// A large directory: pre-reading may start before its end.
+		f.pf.AddDirFiles(d.key, h.files[nfiles:])
 	}
 	return 0
 }

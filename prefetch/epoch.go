@@ -21,6 +21,9 @@ type dirState struct {
 	running bool            // a pre-reader goroutine runs
 	held    []*extent       // pre-read extents that may still be held
 	epochs  int             // epochs begun
+	// partial: files is what a listing still under way has given so far
+	// (AddDirFiles); reading all of them does not end the epoch.
+	partial bool
 }
 
 // dirOf is the directory prefix of key, including the trailing "/" ("" at
@@ -54,6 +57,42 @@ func (m *Manager) NoteDir(dir string, files []File) {
 	}
 	d.order = rand.Perm(len(d.files))
 	d.pos = 0
+	d.partial = false
+}
+
+// AddDirFiles tells the Manager files directly under dir from a listing
+// still under way, page by page, before NoteDir gives the whole list at
+// its end, so that pre-reading a large directory need not wait for its
+// listing to finish. Files the Manager does not know yet join dir's list,
+// each at a random place among those this epoch has not pre-read yet.
+func (m *Manager) AddDirFiles(dir string, files []File) {
+	if m.o.EpochTrigger < 0 || len(files) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	d := m.dirs[dir]
+	if d == nil {
+		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{}}
+		m.dirs[dir] = d
+	}
+	d.partial = true
+	for _, f := range files {
+		if _, ok := d.index[f.Key]; ok {
+			continue
+		}
+		i := len(d.files)
+		d.files = append(d.files, f)
+		d.index[f.Key] = i
+		d.order = append(d.order, i)
+		last := len(d.order) - 1
+		j := d.pos + rand.IntN(last-d.pos+1)
+		d.order[j], d.order[last] = d.order[last], d.order[j]
+	}
+	m.maybeStartLocked(d, time.Now())
 }
 
 func (d *dirState) newEpoch() {
@@ -115,7 +154,7 @@ func (m *Manager) noteWholeRead(f File) {
 	}
 	d.read[f.Key] = true
 	d.streak++
-	if len(d.read) >= len(d.files) {
+	if len(d.read) >= len(d.files) && !d.partial {
 		d.newEpoch()
 	}
 	m.maybeStartLocked(d, now)

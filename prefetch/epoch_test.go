@@ -168,3 +168,74 @@ func TestEpochState(t *testing.T) {
 		t.Error("dirOf")
 	}
 }
+
+// TestAddDirFiles: files given page by page, before the whole list,
+// each join the directory once; reading all those known so far does not
+// end the epoch while the listing is partial; NoteDir then completes it.
+func TestAddDirFiles(t *testing.T) {
+	g := wordGetter{size: 1 << 20}
+	m := newTestManager(t, Options{Getter: g, MaxMemory: 64 * mib, EpochTrigger: 100, EpochIdle: time.Hour})
+	var files []File
+	for i := 0; i < 10; i++ {
+		files = append(files, File{Key: fmt.Sprintf("e/%d", i), Size: 100, ETag: "w"})
+	}
+	m.AddDirFiles("e/", files[:4])
+	m.AddDirFiles("e/", files[2:6]) // 2 and 3 again: no duplicates
+	d := m.dirs["e/"]
+	m.mu.Lock()
+	if len(d.files) != 6 || len(d.order) != 6 || !d.partial {
+		t.Errorf("after two pages: %d files, order %d, partial %v; want 6, 6, true", len(d.files), len(d.order), d.partial)
+	}
+	seen := map[int]bool{}
+	for _, i := range d.order {
+		seen[i] = true
+	}
+	if len(seen) != 6 {
+		t.Errorf("order %v is not a permutation of 6 files", d.order)
+	}
+	m.mu.Unlock()
+	for _, f := range files[:6] {
+		m.noteWholeRead(f)
+	}
+	m.mu.Lock()
+	if d.epochs != 0 || len(d.read) != 6 {
+		t.Errorf("after reading all 6 known files of a partial list: epochs %d read %d, want 0 and 6", d.epochs, len(d.read))
+	}
+	m.mu.Unlock()
+	m.NoteDir("e/", files)
+	m.mu.Lock()
+	if d.partial || len(d.files) != 10 {
+		t.Errorf("after NoteDir: partial %v, %d files; want false, 10", d.partial, len(d.files))
+	}
+	m.mu.Unlock()
+	for _, f := range files[6:] {
+		m.noteWholeRead(f)
+	}
+	m.mu.Lock()
+	if d.epochs != 1 || len(d.read) != 0 {
+		t.Errorf("after reading all 10: epochs %d read %d, want 1 and 0", d.epochs, len(d.read))
+	}
+	m.mu.Unlock()
+}
+
+// TestEpochPreReadFromPartialListing: pre-reading starts on the files of
+// the first pages while the rest of the directory is still being listed,
+// and fetches each file once.
+func TestEpochPreReadFromPartialListing(t *testing.T) {
+	mem := objtest.NewMem()
+	files, data := epochDir(t, mem, "train/cls/", 200, 16<<10)
+	g := newCountGetter(mem, 2*time.Millisecond)
+	m := newTestManager(t, Options{Getter: g, MaxMemory: 64 * mib})
+	m.AddDirFiles("train/cls/", files[:100])
+	readEpoch(t, m, files[:100], data, 8, 100, 1)
+	st := m.Stats()
+	if st.EpochStarts == 0 || st.EpochHitOpens == 0 {
+		t.Errorf("no pre-reading from the first 100 listed files: %+v", st)
+	}
+	m.AddDirFiles("train/cls/", files[100:])
+	m.NoteDir("train/cls/", files)
+	readEpoch(t, m, files[100:], data, 8, 100, 2)
+	if c := g.calls.Load(); c != int64(len(files)) {
+		t.Errorf("GETs = %d, want %d (each file once)", c, len(files))
+	}
+}
