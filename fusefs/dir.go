@@ -179,11 +179,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	defer cancel()
 	relist := !d.refreshing && ((d.listed && len(d.ents) >= refreshMinEntries) || d.noteMissLocked())
 	if relist {
-		d.refreshing = true
-		d.misses, d.missAt = 0, 0
-		d.listKey, d.listFrom, d.listGen = "", f.now(), d.gen
-		d.listAdvance = make(chan struct{})
-		d.waitHits, d.waitMisses = 0, 0
+		d.startRefreshLocked()
 		go d.refresh()
 	}
 	if d.refreshing {
@@ -335,6 +331,83 @@ func (d *dirNode) noteMissLocked() bool {
 	}
 	d.misses++
 	return d.misses >= coldListMisses
+}
+
+// startRefreshLocked marks a background listing of d as under way, for
+// refresh to run; d.mu must be held and d.refreshing false.
+func (d *dirNode) startRefreshLocked() {
+	d.refreshing = true
+	d.misses, d.missAt = 0, 0
+	d.listKey, d.listFrom, d.listGen = "", d.fsys.now(), d.gen
+	d.listAdvance = make(chan struct{})
+	d.waitHits, d.waitMisses = 0, 0
+}
+
+// awaitRefresh waits until no background listing of d is under way (or
+// ctx ends), so that a readdir started meanwhile reads the listing it
+// leaves instead of listing the directory a second time.
+func (d *dirNode) awaitRefresh(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.refreshing && d.listAdvance != nil {
+		ch := d.listAdvance
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			d.mu.Lock()
+			return
+		}
+		d.mu.Lock()
+	}
+}
+
+// preListMax and preListConcurrency bound the subdirectories that one
+// readdir has listed in the background, and how many such listings run
+// at a time on the mount.
+const (
+	preListMax         = 1024
+	preListConcurrency = 8
+)
+
+// preListChildren lists in the background, preListConcurrency at a time,
+// the subdirectories names of d that the kernel has looked up (READDIRPLUS
+// does for every entry), on an immutable mount. A tree walk such as
+// torchvision's ImageFolder scan (os.scandir of the root, then of each
+// class directory in turn) then finds each class listed already, instead
+// of waiting for one directory's LISTs after another: with a thousand
+// classes of a thousand images each on S3, that is two thousand LIST
+// round trips in a row.
+func (d *dirNode) preListChildren(names []string) {
+	for _, name := range names[:min(len(names), preListMax)] {
+		ch := d.GetChild(name)
+		if ch == nil {
+			continue
+		}
+		if c, ok := ch.Operations().(*dirNode); ok {
+			go c.preList()
+		}
+	}
+}
+
+// preList lists d in the background when it gets a turn, unless it has
+// been listed (or is being listed) by then.
+func (d *dirNode) preList() {
+	f := d.fsys
+	select {
+	case f.preListSem <- struct{}{}:
+	case <-f.bg.Done():
+		return
+	}
+	defer func() { <-f.preListSem }()
+	d.mu.Lock()
+	if d.refreshing || f.fresh(d.completeAt, f.o.MetadataTTL) {
+		d.mu.Unlock()
+		return
+	}
+	d.startRefreshLocked()
+	d.mu.Unlock()
+	d.refresh()
 }
 
 // refresh lists d completely in the background (under the mount's bg

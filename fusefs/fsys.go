@@ -32,6 +32,10 @@ type filesys struct {
 	bg     context.Context
 	cancel context.CancelFunc
 
+	// preListSem bounds the background listings of subdirectories that
+	// a readdir starts on an immutable mount (dirNode.preListChildren).
+	preListSem chan struct{}
+
 	warnMu sync.Mutex // guards warned
 	warned map[string]struct{}
 
