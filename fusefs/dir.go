@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -79,6 +80,12 @@ type dirNode struct {
 	listGen              uint64
 	listAdvance          chan struct{}
 	waitHits, waitMisses int
+	// walked counts readdirs of subdirectories started since walkAt
+	// (unix ns, the latest); preListed: a walk was detected and the
+	// other subdirectories were handed to preListChildren (noteWalk).
+	walked    int
+	walkAt    int64
+	preListed bool
 }
 
 var (
@@ -363,43 +370,97 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 }
 
 // preListMax and preListConcurrency bound the subdirectories that one
-// readdir has listed in the background, and how many such listings run
-// at a time on the mount.
+// detected walk has listed in the background, and how many such listings
+// run at a time on the mount; walkWindow is how close together two
+// subdirectory listings must start to count as a walk.
 const (
 	preListMax         = 1024
 	preListConcurrency = 8
+	walkWindow         = 10 * time.Second
 )
 
-// preListChildren lists in the background, preListConcurrency at a time,
-// the subdirectories names of d that the kernel has looked up (READDIRPLUS
-// does for every entry), on an immutable mount. A tree walk such as
-// torchvision's ImageFolder scan (os.scandir of the root, then of each
-// class directory in turn) then finds each class listed already, instead
-// of waiting for one directory's LISTs after another: with a thousand
-// classes of a thousand images each on S3, that is two thousand LIST
-// round trips in a row.
-func (d *dirNode) preListChildren(names []string) {
-	for _, name := range names[:min(len(names), preListMax)] {
-		ch := d.GetChild(name)
-		if ch == nil {
-			continue
+// noteWalk records that a readdir of d has started listing it and, on an
+// immutable mount, when this is the second subdirectory of d's parent to
+// be listed within walkWindow, has the parent's other subdirectories
+// listed in the background (once per parent; see preListChildren).
+func (d *dirNode) noteWalk() {
+	f := d.fsys
+	if !f.o.Immutable {
+		return
+	}
+	_, pi := d.Parent()
+	if pi == nil {
+		return
+	}
+	p, ok := pi.Operations().(*dirNode)
+	if !ok {
+		return
+	}
+	now := f.now()
+	p.mu.Lock()
+	if p.preListed {
+		p.mu.Unlock()
+		return
+	}
+	if now-p.walkAt > int64(walkWindow) {
+		p.walked = 0
+	}
+	p.walkAt = now
+	p.walked++
+	var names []string
+	if p.walked >= 2 && f.fresh(p.completeAt, f.o.MetadataTTL) {
+		p.preListed = true
+		for name, e := range p.ents {
+			if e.dir {
+				names = append(names, name)
+			}
 		}
-		if c, ok := ch.Operations().(*dirNode); ok {
-			go c.preList()
-		}
+	}
+	p.mu.Unlock()
+	if names != nil {
+		slices.Sort(names)
+		p.preListChildren(names)
 	}
 }
 
-// preList lists d in the background when it gets a turn, unless it has
-// been listed (or is being listed) by then.
+// preListChildren lists in the background, preListConcurrency at a time
+// and in name order, up to preListMax of d's subdirectories names that
+// the kernel has looked up (READDIRPLUS does for every entry of an
+// immutable mount's readdir). A tree walk such as torchvision's
+// ImageFolder scan (os.scandir of the root, then of each class directory
+// in turn, in sorted order) then finds the classes after the second
+// listed already, instead of waiting for one directory's LISTs after
+// another: with a thousand classes of a thousand images each on S3, that
+// is two thousand LIST round trips in a row.
+func (d *dirNode) preListChildren(names []string) {
+	f := d.fsys
+	var kids []*dirNode
+	for _, name := range names[:min(len(names), preListMax)] {
+		if ch := d.GetChild(name); ch != nil {
+			if c, ok := ch.Operations().(*dirNode); ok {
+				kids = append(kids, c)
+			}
+		}
+	}
+	go func() {
+		for _, c := range kids {
+			select {
+			case f.preListSem <- struct{}{}:
+			case <-f.bg.Done():
+				return
+			}
+			go func() {
+				defer func() { <-f.preListSem }()
+				c.preList()
+			}()
+		}
+	}()
+}
+
+// preList lists d in the background unless it has been listed (or is
+// being listed) by then.
 func (d *dirNode) preList() {
 	f := d.fsys
-	select {
-	case f.preListSem <- struct{}{}:
-	case <-f.bg.Done():
-		return
-	}
-	defer func() { <-f.preListSem }()
 	d.mu.Lock()
 	if d.refreshing || f.fresh(d.completeAt, f.o.MetadataTTL) {
 		d.mu.Unlock()

@@ -35,10 +35,11 @@ func readDirNames(t *testing.T, p string) int {
 	return len(ents)
 }
 
-// On an immutable mount, a readdir of the root lists its subdirectories
-// in the background, so that walking them (an ImageFolder scan) costs no
-// further LIST; a plain mount does not.
-func TestReaddirPreListsSubdirectories(t *testing.T) {
+// On an immutable mount, a walk of the root's subdirectories (the second
+// one listed) has the rest listed in the background, so that walking them
+// (an ImageFolder scan) costs no further LIST; a readdir of the root alone
+// lists nothing more, and neither does a walk on a plain mount.
+func TestWalkPreListsSubdirectories(t *testing.T) {
 	for _, immutable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("immutable=%v", immutable), func(t *testing.T) {
 			requireFUSE(t)
@@ -49,18 +50,27 @@ func TestReaddirPreListsSubdirectories(t *testing.T) {
 			if n := readDirNames(t, mnt); n != 5 {
 				t.Fatalf("root has %d entries, want 5", n)
 			}
+			time.Sleep(50 * time.Millisecond) // a pre-listing would have started by now
+			if n := c.Count("List"); n != 1 {
+				t.Errorf("%d LISTs after the root's readdir alone, want 1", n)
+			}
+			for i := range 2 {
+				if n := readDirNames(t, join(mnt, fmt.Sprintf("c%d", i))); n != 3 {
+					t.Errorf("c%d has %d entries, want 3", i, n)
+				}
+			}
 			if !immutable {
-				time.Sleep(50 * time.Millisecond) // a pre-listing would have started by now
-				if n := c.Count("List"); n != 1 {
-					t.Errorf("%d LISTs after the root's readdir on a plain mount, want 1", n)
+				time.Sleep(50 * time.Millisecond)
+				if n := c.Count("List"); n != 3 {
+					t.Errorf("%d LISTs after walking 2 of 5 classes on a plain mount, want 3", n)
 				}
 				return
 			}
-			for i := range 5 {
+			for i := 2; i < 5; i++ {
 				waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.listed })
 			}
 			c.Reset()
-			for i := range 5 {
+			for i := 2; i < 5; i++ {
 				if n := readDirNames(t, join(mnt, fmt.Sprintf("c%d", i))); n != 3 {
 					t.Errorf("c%d has %d entries, want 3", i, n)
 				}
@@ -78,9 +88,9 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 	requireFUSE(t)
 	release := make(chan struct{})
 	mem := objtest.NewMem()
-	seedClasses(mem, 2, 3)
+	seedClasses(mem, 3, 3)
 	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		if op == "List" && key == "c0/" {
+		if op == "List" && key == "c2/" {
 			select {
 			case <-release:
 			case <-time.After(30 * time.Second):
@@ -91,7 +101,9 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 	c := objtest.NewCounting(fa)
 	mnt, srv := testMountServer(t, c, Options{Immutable: true})
 	readDirNames(t, mnt)
-	d := classNode(t, srv, 0)
+	readDirNames(t, join(mnt, "c0"))
+	readDirNames(t, join(mnt, "c1"))
+	d := classNode(t, srv, 2)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		d.mu.Lock()
@@ -101,22 +113,30 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no background listing of c0 started")
+			close(release)
+			t.Fatal("no background listing of c2 started")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	done := make(chan int, 1)
-	go func() { done <- readDirNames(t, join(mnt, "c0")) }()
+	go func() {
+		ents, err := os.ReadDir(join(mnt, "c2"))
+		if err != nil {
+			t.Errorf("readdir c2: %v", err)
+		}
+		done <- len(ents)
+	}()
 	select {
 	case n := <-done:
-		t.Fatalf("readdir of c0 returned %d entries while its listing was held", n)
+		close(release)
+		t.Fatalf("readdir of c2 returned %d entries while its listing was held", n)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
 	if n := <-done; n != 3 {
-		t.Errorf("c0 has %d entries, want 3", n)
+		t.Errorf("c2 has %d entries, want 3", n)
 	}
-	if n := c.KeyCount("List", "c0/"); n != 1 {
-		t.Errorf("c0/ was listed %d times, want 1", n)
+	if n := c.KeyCount("List", "c2/"); n != 1 {
+		t.Errorf("c2/ was listed %d times, want 1", n)
 	}
 }

@@ -153,9 +153,6 @@ type dirHandle struct {
 	// track: this is the background listing (refresh) that lookups may
 	// wait for; each page moves d.listKey.
 	track bool
-	// subdirs: the subdirectories this listing found, to list in the
-	// background once the stream ends (immutable mounts; preListChildren).
-	subdirs []string
 }
 
 var (
@@ -200,6 +197,10 @@ func (h *dirHandle) start(forceList bool) {
 	}
 	h.listStart = f.now()
 	h.startGen = d.gen
+	if !forceList {
+		// Outside d.mu: noteWalk locks the parent.
+		defer d.noteWalk()
+	}
 	if f.pf != nil {
 		h.files = []prefetch.File{}
 	}
@@ -222,12 +223,6 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			continue
 		}
 		if h.eof {
-			if h.subdirs != nil {
-				// Every entry has been emitted, and with READDIRPLUS
-				// looked up: the subdirectories have inodes now.
-				h.d.preListChildren(h.subdirs)
-				h.subdirs = nil
-			}
 			return nil, 0
 		}
 		if errno := h.fetch(ctx); errno != 0 {
@@ -312,9 +307,6 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		d.ents[e.name] = e.e
 		delete(d.neg, e.name)
 		kept = append(kept, e)
-		if e.e.dir && !h.track && f.o.Immutable && len(h.subdirs) < preListMax {
-			h.subdirs = append(h.subdirs, e.name)
-		}
 		if h.files != nil && !e.e.dir {
 			h.files = append(h.files, prefetch.File{Key: childKey(d.key, e.name), Size: e.e.size, ETag: e.e.etag})
 		}

@@ -77,14 +77,17 @@
 // # Epoch pre-reading
 //
 // A training epoch reads every file of a directory once, in a shuffled
-// order. [Manager.NoteDir] tells the Manager a directory's files. When
+// order. [Manager.NoteDir] tells the Manager a directory's files
+// ([Manager.AddDirFiles] page by page while a large directory is still
+// being listed, so that pre-reading need not wait for the end). When
 // [Options.EpochTrigger] distinct files of one directory have been read whole
 // in quick succession, a pre-reader fetches the directory's files that have
 // not been read this epoch, whole, with [Options.EpochConcurrency] GETs in
 // flight and within [Options.EpochMemory] bytes, so the next Open finds its
 // bytes in memory. Pre-read files are held until read once; the pre-reader
 // stops when no file of the directory was opened for [Options.EpochIdle],
-// and a new epoch begins when every file was read or a file is read again.
+// and a new epoch begins when every file was read (of a complete list) or a
+// file is read again.
 //
 // # Locking
 //
