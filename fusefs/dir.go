@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,6 +80,8 @@ type dirNode struct {
 	listFrom             int64
 	listGen              uint64
 	listAdvance          chan struct{}
+	listKind             refreshKind
+	listSeq              uint64 // counts background listings started
 	waitHits, waitMisses int
 	// walked counts readdirs of subdirectories started since walkAt
 	// (unix ns, the latest); preListed: a walk was detected and the
@@ -184,12 +187,16 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	// the store; without a grace it would fail with EINTR.
 	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
 	defer cancel()
-	relist := !d.refreshing && ((d.listed && len(d.ents) >= refreshMinEntries) || d.noteMissLocked())
-	if relist {
-		d.startRefreshLocked()
-		go d.refresh()
+	stale := d.listed && len(d.ents) >= refreshMinEntries
+	if !d.refreshing && (stale || d.noteMissLocked()) {
+		kind := refreshCold
+		if stale {
+			kind = refreshStale
+		}
+		d.startRefreshLocked(kind)
+		f.goBackground(func() { d.refresh(kind, nil) })
 	}
-	if d.refreshing {
+	if d.refreshing && d.listKind != refreshStale {
 		if ent, found, decided := d.awaitListingLocked(ctx, name); decided {
 			if p := d.pending[name]; p != nil {
 				d.mu.Unlock()
@@ -233,7 +240,7 @@ func (d *dirNode) setNegLocked(name string) {
 // whose listing went stale is listed again in the background on the next
 // lookup miss, so that a second pass over a large directory (a training
 // epoch after MetadataTTL) costs N/1000 LISTs instead of one probe per
-// file. The lookup that triggers it is answered by a probe.
+// file. Lookups meanwhile are answered by probes (refreshStale).
 const refreshMinEntries = 16
 
 // coldListMisses: a directory with no fresh complete listing that gets
@@ -287,7 +294,9 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 			return dirent{}, false, false
 		}
 		if key <= d.listKey {
-			d.waitHits++
+			if timer != nil {
+				d.waitHits++
+			}
 			e, ok := d.ents[name]
 			if ok && e.seen >= d.listFrom {
 				return e, true, true
@@ -340,27 +349,61 @@ func (d *dirNode) noteMissLocked() bool {
 	return d.misses >= coldListMisses
 }
 
+// refreshKind says why a background listing runs, which decides whether
+// lookup misses wait for it (awaitListingLocked) and how it pages.
+type refreshKind int
+
+const (
+	// refreshCold: lookup misses in a directory never listed whole; they
+	// wait for it, and its first page is short (firstTrackedPage).
+	refreshCold refreshKind = iota
+	// refreshStale: a directory listed before whose listing went stale;
+	// its cached names answer most lookups, misses probe as before.
+	refreshStale
+	// refreshWalk: a subdirectory listed ahead of a tree walk
+	// (preListChildren), within the walk's entry budget.
+	refreshWalk
+)
+
 // startRefreshLocked marks a background listing of d as under way, for
 // refresh to run; d.mu must be held and d.refreshing false.
-func (d *dirNode) startRefreshLocked() {
+func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.refreshing = true
 	d.misses, d.missAt = 0, 0
 	d.listKey, d.listFrom, d.listGen = "", d.fsys.now(), d.gen
 	d.listAdvance = make(chan struct{})
+	d.listKind = kind
+	d.listSeq++
 	d.waitHits, d.waitMisses = 0, 0
 }
 
-// awaitRefresh waits until no background listing of d is under way (or
-// ctx ends), so that a readdir started meanwhile reads the listing it
-// leaves instead of listing the directory a second time.
+// refreshWait bounds how long a readdir waits for a background listing
+// of its directory to end before it lists the directory itself (a
+// variable for tests).
+var refreshWait = time.Second
+
+// awaitRefresh waits, at most refreshWait, until the background listing
+// of d under way (if any) has ended, so that a readdir started meanwhile
+// reads the listing it leaves instead of listing the directory a second
+// time; a listing that takes longer (a large directory) is not waited for
+// to the end, and a later background listing is not waited for at all.
 func (d *dirNode) awaitRefresh(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for d.refreshing && d.listAdvance != nil {
+	if !d.refreshing {
+		return
+	}
+	seq := d.listSeq
+	timer := time.NewTimer(refreshWait)
+	defer timer.Stop()
+	for d.refreshing && d.listSeq == seq && d.listAdvance != nil {
 		ch := d.listAdvance
 		d.mu.Unlock()
 		select {
 		case <-ch:
+		case <-timer.C:
+			d.mu.Lock()
+			return
 		case <-ctx.Done():
 			d.mu.Lock()
 			return
@@ -374,21 +417,30 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 // run at a time on the mount; walkWindow is how close together two
 // subdirectory listings must start to count as a walk.
 const (
-	preListMax         = 1024
-	preListConcurrency = 8
-	walkWindow         = 10 * time.Second
+	preListMax = 1024
+	walkWindow = 10 * time.Second
 )
+
+// preListConcurrency (read at mount) and preListEntries are variables
+// only for tests.
+var preListConcurrency = 8
+
+// preListEntries is the entry budget of the background listings one
+// detected walk starts (about ImageNet-1k's training set): an accidental
+// walk (ls a; ls b) lists at most this much that nobody asked for.
+var preListEntries int64 = 1 << 20
 
 // noteWalk records that a readdir of d has started listing it and, on an
 // immutable mount, when this is the second subdirectory of d's parent to
 // be listed within walkWindow, has the parent's other subdirectories
-// listed in the background (once per parent; see preListChildren).
+// listed in the background (once per parent; see preListChildren). d.mu
+// must not be held: this locks the parent.
 func (d *dirNode) noteWalk() {
 	f := d.fsys
 	if !f.o.Immutable {
 		return
 	}
-	_, pi := d.Parent()
+	self, pi := d.Parent()
 	if pi == nil {
 		return
 	}
@@ -411,7 +463,7 @@ func (d *dirNode) noteWalk() {
 	if p.walked >= 2 && f.fresh(p.completeAt, f.o.MetadataTTL) {
 		p.preListed = true
 		for name, e := range p.ents {
-			if e.dir {
+			if e.dir && name != self { // self is being listed by its readdir
 				names = append(names, name)
 			}
 		}
@@ -442,33 +494,40 @@ func (d *dirNode) preListChildren(names []string) {
 			}
 		}
 	}
-	go func() {
+	budget := new(atomic.Int64)
+	budget.Store(preListEntries)
+	f.goBackground(func() {
 		for _, c := range kids {
 			select {
 			case f.preListSem <- struct{}{}:
 			case <-f.bg.Done():
 				return
 			}
-			go func() {
+			if budget.Load() <= 0 {
+				<-f.preListSem
+				return
+			}
+			f.goBackground(func() {
 				defer func() { <-f.preListSem }()
-				c.preList()
-			}()
+				c.preList(budget)
+			})
 		}
-	}()
+	})
 }
 
-// preList lists d in the background unless it has been listed (or is
-// being listed) by then.
-func (d *dirNode) preList() {
+// preList lists d in the background within budget (entries, shared by
+// the walk's listings) unless it has been listed (or is being listed) by
+// then.
+func (d *dirNode) preList(budget *atomic.Int64) {
 	f := d.fsys
 	d.mu.Lock()
 	if d.refreshing || f.fresh(d.completeAt, f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return
 	}
-	d.startRefreshLocked()
+	d.startRefreshLocked(refreshWalk)
 	d.mu.Unlock()
-	d.refresh()
+	d.refresh(refreshWalk, budget)
 }
 
 // refresh lists d completely in the background (under the mount's bg
@@ -476,7 +535,7 @@ func (d *dirNode) preList() {
 // prefetcher's view of the directory (NoteDir, as readdir does), then
 // clears d.refreshing. A failure is logged and dropped: nothing is marked
 // absent, and lookups keep using probes.
-func (d *dirNode) refresh() {
+func (d *dirNode) refresh(kind refreshKind, budget *atomic.Int64) {
 	failed := false
 	defer func() {
 		d.mu.Lock()
@@ -490,16 +549,22 @@ func (d *dirNode) refresh() {
 		}
 		d.mu.Unlock()
 	}()
-	h := &dirHandle{d: d, track: true}
+	h := &dirHandle{d: d, track: true, shortFirst: kind == refreshCold}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.start(true)
 	for !h.eof {
+		if budget != nil && budget.Load() <= 0 {
+			return // the walk's budget is spent: d stays incompletely listed
+		}
 		h.queue, h.qi = h.queue[:0], 0
 		if errno := h.fetch(d.fsys.bg); errno != 0 {
 			failed = true
 			d.fsys.log.Warn("background listing failed", "prefix", d.key, "errno", errno)
 			return
+		}
+		if budget != nil {
+			budget.Add(-int64(len(h.queue))) // this page's entries
 		}
 	}
 }
@@ -668,6 +733,21 @@ func (d *dirNode) addPending(name string, n *fileNode) {
 	defer d.mu.Unlock()
 	d.pending[name] = n
 	delete(d.neg, name)
+}
+
+// commitPending replaces the pending file n by its committed entry in
+// one step, so that no lookup finds the name neither pending nor listed
+// (which a background listing that passed it would answer ENOENT).
+func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending[name] == n {
+		delete(d.pending, name)
+	}
+	d.ents[name] = e
+	delete(d.neg, name)
+	d.completeAt = 0
+	d.gen++
 }
 
 // removePending drops n from the files being written, if still there.

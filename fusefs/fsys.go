@@ -33,8 +33,11 @@ type filesys struct {
 	cancel context.CancelFunc
 
 	// preListSem bounds the background listings of subdirectories that
-	// a readdir starts on an immutable mount (dirNode.preListChildren).
+	// a detected walk starts on an immutable mount (preListChildren).
 	preListSem chan struct{}
+	// bgWG counts background listings (goBackground); serving ends only
+	// after they have.
+	bgWG sync.WaitGroup
 
 	warnMu sync.Mutex // guards warned
 	warned map[string]struct{}
@@ -54,6 +57,16 @@ type filesys struct {
 
 	// clock, if set, replaces the wall clock for cache freshness (tests).
 	clock func() int64
+}
+
+// goBackground runs fn in a goroutine that unmounting waits for (fn must
+// end soon once f.bg is cancelled).
+func (f *filesys) goBackground(fn func()) {
+	f.bgWG.Add(1)
+	go func() {
+		defer f.bgWG.Done()
+		fn()
+	}()
 }
 
 // now is the time in unix ns used to date and age cached facts.

@@ -116,6 +116,7 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 	go func() {
 		srv.Wait()
 		cancel()
+		f.bgWG.Wait()
 		close(s.done)
 	}()
 	return s, nil

@@ -3,6 +3,8 @@ package fusefs
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,28 +71,141 @@ func TestWalkPreListsSubdirectories(t *testing.T) {
 			for i := 2; i < 5; i++ {
 				waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.listed })
 			}
-			c.Reset()
 			for i := 2; i < 5; i++ {
 				if n := readDirNames(t, join(mnt, fmt.Sprintf("c%d", i))); n != 3 {
 					t.Errorf("c%d has %d entries, want 3", i, n)
 				}
 			}
-			if n := c.Count("List"); n != 0 {
-				t.Errorf("walking the pre-listed classes made %d LISTs, want 0", n)
+			// Each class once: c0 and c1 by their readdirs (c1's started
+			// the pre-listing, which leaves it out), the rest ahead.
+			for i := range 5 {
+				if n := c.KeyCount("List", fmt.Sprintf("c%d/", i)); n != 1 {
+					t.Errorf("c%d/ listed %d times, want 1", i, n)
+				}
 			}
 		})
 	}
 }
 
 // A readdir of a directory whose background listing is under way waits
-// for it and reads its result: the directory is listed once.
+// for it and reads its result, so the directory is listed once; one that
+// would wait longer than refreshWait lists the directory itself.
 func TestReaddirWaitsForPreListing(t *testing.T) {
+	for _, giveUp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("giveUp=%v", giveUp), func(t *testing.T) {
+			requireFUSE(t)
+			if giveUp {
+				defer func(w time.Duration) { refreshWait = w }(refreshWait)
+				refreshWait = 30 * time.Millisecond
+			}
+			release := make(chan struct{})
+			var held atomic.Int32
+			mem := objtest.NewMem()
+			seedClasses(mem, 3, 3)
+			fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
+				// Hold the first listing of c2/ (the background one).
+				if op == "List" && key == "c2/" && held.Add(1) == 1 {
+					select {
+					case <-release:
+					case <-time.After(30 * time.Second):
+					}
+				}
+				return nil
+			}})
+			c := objtest.NewCounting(fa)
+			mnt, srv := testMountServer(t, c, Options{Immutable: true})
+			readDirNames(t, mnt)
+			readDirNames(t, join(mnt, "c0"))
+			readDirNames(t, join(mnt, "c1"))
+			d := classNode(t, srv, 2)
+			defer waitRefresh(t, d, func(*dirNode) bool { return true })
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for held.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("no background listing of c2 started")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			done := make(chan int, 1)
+			go func() {
+				ents, err := os.ReadDir(join(mnt, "c2"))
+				if err != nil {
+					t.Errorf("readdir c2: %v", err)
+				}
+				done <- len(ents)
+			}()
+			if giveUp {
+				if n := <-done; n != 3 {
+					t.Errorf("c2 has %d entries, want 3", n)
+				}
+				if n := c.KeyCount("List", "c2/"); n != 2 {
+					t.Errorf("c2/ listed %d times, want 2 (the held background listing and the readdir's own)", n)
+				}
+				return
+			}
+			select {
+			case n := <-done:
+				t.Fatalf("readdir of c2 returned %d entries while its background listing was held", n)
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(release)
+			if n := <-done; n != 3 {
+				t.Errorf("c2 has %d entries, want 3", n)
+			}
+			if n := c.KeyCount("List", "c2/"); n != 1 {
+				t.Errorf("c2/ was listed %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A walk's background listings stop when they have listed
+// preListEntries entries.
+func TestWalkPreListBudget(t *testing.T) {
 	requireFUSE(t)
-	release := make(chan struct{})
+	defer func(n int64, c int) { preListEntries, preListConcurrency = n, c }(preListEntries, preListConcurrency)
+	preListEntries, preListConcurrency = 4, 1 // one listing at a time
 	mem := objtest.NewMem()
-	seedClasses(mem, 3, 3)
+	seedClasses(mem, 6, 3)
+	c := objtest.NewCounting(mem)
+	mnt, srv := testMountServer(t, c, Options{Immutable: true})
+	readDirNames(t, mnt)
+	readDirNames(t, join(mnt, "c0"))
+	readDirNames(t, join(mnt, "c1"))
+	// c2 (budget 4 -> 1), then c3 (1 -> -2); then the budget is spent.
+	for i := 2; i < 4; i++ {
+		waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.listed })
+	}
+	time.Sleep(50 * time.Millisecond) // a listing of c4 would have started by now
+	for i := 4; i < 6; i++ {
+		if n := c.KeyCount("List", fmt.Sprintf("c%d/", i)); n != 0 {
+			t.Errorf("c%d/ listed %d times after the budget was spent, want 0", i, n)
+		}
+	}
+}
+
+// A stale listing of a directory listed before is refreshed in the
+// background, but lookup misses meanwhile probe at once: they do not
+// wait for it.
+func TestStaleRelistLookupsProbe(t *testing.T) {
+	requireFUSE(t)
+	var clock atomic.Int64
+	clock.Store(1e18)
+	release := make(chan struct{})
+	defer close(release)
+	var lists atomic.Int32
+	mem := objtest.NewMem()
+	seedCold(mem)
 	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		if op == "List" && key == "c2/" {
+		// The second listing of d/ (the background refresh) is held.
+		if op == "List" && key == "d/" && lists.Add(1) == 2 {
 			select {
 			case <-release:
 			case <-time.After(30 * time.Second):
@@ -99,44 +214,24 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 		return nil
 	}})
 	c := objtest.NewCounting(fa)
-	mnt, srv := testMountServer(t, c, Options{Immutable: true})
-	readDirNames(t, mnt)
-	readDirNames(t, join(mnt, "c0"))
-	readDirNames(t, join(mnt, "c1"))
-	d := classNode(t, srv, 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d.mu.Lock()
-		running := d.refreshing
-		d.mu.Unlock()
-		if running {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(release)
-			t.Fatal("no background listing of c2 started")
-		}
-		time.Sleep(time.Millisecond)
+	mnt, srv := testMountServer(t, c, Options{MetadataTTL: time.Nanosecond, NegativeTTL: time.Nanosecond, clock: clock.Load})
+	if n := readDirNames(t, join(mnt, "d")); n != coldFiles {
+		t.Fatalf("d has %d entries, want %d", n, coldFiles)
 	}
-	done := make(chan int, 1)
-	go func() {
-		ents, err := os.ReadDir(join(mnt, "c2"))
-		if err != nil {
-			t.Errorf("readdir c2: %v", err)
-		}
-		done <- len(ents)
-	}()
-	select {
-	case n := <-done:
-		close(release)
-		t.Fatalf("readdir of c2 returned %d entries while its listing was held", n)
-	case <-time.After(50 * time.Millisecond):
+	d := srv.root.GetChild("d").Operations().(*dirNode)
+	clock.Add(int64(time.Second)) // the listing is stale now
+	_, err := os.Lstat(join(mnt, "d", "absent"))
+	wantErrno(t, "lstat d/absent", err, syscall.ENOENT)
+	d.mu.Lock()
+	running, hits, misses := d.refreshing, d.waitHits, d.waitMisses
+	d.mu.Unlock()
+	if !running {
+		t.Error("no background refresh of the stale listing")
 	}
-	close(release)
-	if n := <-done; n != 3 {
-		t.Errorf("c2 has %d entries, want 3", n)
+	if hits != 0 || misses != 0 {
+		t.Errorf("the lookup waited for the refresh (%d answered, %d gave up), want a probe", hits, misses)
 	}
-	if n := c.KeyCount("List", "c2/"); n != 1 {
-		t.Errorf("c2/ was listed %d times, want 1", n)
+	if n := c.KeyCount("List", "d/absent"); n != 1 {
+		t.Errorf("%d probes of d/absent, want 1", n)
 	}
 }

@@ -153,6 +153,10 @@ type dirHandle struct {
 	// track: this is the background listing (refresh) that lookups may
 	// wait for; each page moves d.listKey.
 	track bool
+	// shortFirst: the first page is firstTrackedPage keys (lookups wait
+	// for this listing); walkNote: this readdir lists the directory from
+	// the store, and Readdirent tells the parent (dirNode.noteWalk).
+	shortFirst, walkNote bool
 }
 
 var (
@@ -197,10 +201,7 @@ func (h *dirHandle) start(forceList bool) {
 	}
 	h.listStart = f.now()
 	h.startGen = d.gen
-	if !forceList {
-		// Outside d.mu: noteWalk locks the parent.
-		defer d.noteWalk()
-	}
+	h.walkNote = !forceList
 	if f.pf != nil {
 		h.files = []prefetch.File{}
 	}
@@ -213,6 +214,9 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if !h.started {
 		h.d.awaitRefresh(ctx)
 		h.start(false)
+		if h.walkNote {
+			h.d.noteWalk() // without d.mu: it locks the parent
+		}
 	}
 	for h.qi >= len(h.queue) {
 		h.queue, h.qi = h.queue[:0], 0
@@ -262,7 +266,7 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	d := h.d
 	f := d.fsys
 	size := listPageSize
-	if h.track && h.token == "" {
+	if h.shortFirst && h.token == "" {
 		// Lookups wait for this listing: a short first page answers the
 		// first of them sooner.
 		size = min(size, firstTrackedPage)
