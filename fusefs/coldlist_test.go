@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -160,6 +161,25 @@ func TestColdDirectoryListingFails(t *testing.T) {
 	}
 }
 
+// holdLists wraps mem so that the LISTs of prefix key for which hold(n)
+// is true (n counts them from 1) wait until release is called (or 30 s,
+// a hang guard). release may be called more than once.
+func holdLists(mem *objtest.Mem, key string, hold func(n int32) bool) (st *objtest.Faulty, release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	var n atomic.Int32
+	st = objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, k string) error {
+		if op == "List" && k == key && hold(n.Add(1)) {
+			select {
+			case <-ch:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return nil
+	}})
+	return st, func() { once.Do(func() { close(ch) }) }
+}
+
 // probesIn counts the lookup probes in d/ that c saw: LISTs other than
 // the listing of d/ itself and the root's probe of d.
 func probesIn(c *objtest.Counting) int64 {
@@ -216,21 +236,11 @@ func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 	requireFUSE(t)
 	defer func(n int32) { listPageSize = n }(listPageSize)
 	listPageSize = 10
-	release := make(chan struct{})
 	mem := objtest.NewMem()
 	seedCold(mem)
-	var pages atomic.Int32
-	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		// The first two pages come at once, the third not before
-		// release: the listing stays under way.
-		if op == "List" && key == "d/" && pages.Add(1) > 2 {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		return nil
-	}})
+	// The first two pages come at once, the third not before release:
+	// the listing stays under way.
+	fa, release := holdLists(mem, "d/", func(n int32) bool { return n > 2 })
 	c := objtest.NewCounting(fa)
 	mnt, srv := testMountServer(t, c, Options{})
 	for i := range coldListMisses {
@@ -239,7 +249,7 @@ func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	// The listing reads listPageSize: let it end before that is restored.
 	defer waitRefresh(t, d, func(*dirNode) bool { return true })
-	defer close(release)
+	defer release()
 	// "f005x" sorts between f005 and f006, in the first page.
 	_, err := os.Lstat(join(mnt, "d", "f005x"))
 	wantErrno(t, "lstat d/f005x", err, syscall.ENOENT)
@@ -261,24 +271,15 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 	requireFUSE(t)
 	defer func(w time.Duration) { listWait = w }(listWait)
 	listWait = 20 * time.Millisecond
-	release := make(chan struct{})
 	mem := objtest.NewMem()
 	seedCold(mem)
-	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		if op == "List" && key == "d/" {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		return nil
-	}})
+	fa, release := holdLists(mem, "d/", func(int32) bool { return true })
 	c := objtest.NewCounting(fa)
 	mnt, srv := testMountServer(t, c, Options{})
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	defer waitRefresh(t, d, func(*dirNode) bool { return true })
-	defer close(release)
+	defer release()
 	n := coldListMisses + listWaitMisses + 10
 	for i := 1; i < n; i++ {
 		statCold(t, mnt, i)
@@ -301,19 +302,9 @@ func TestPartialListingStartsEpoch(t *testing.T) {
 	requireFUSE(t)
 	defer func(n int32) { listPageSize = n }(listPageSize)
 	listPageSize = 10
-	release := make(chan struct{})
 	mem := objtest.NewMem()
 	seedCold(mem)
-	var pages atomic.Int32
-	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		if op == "List" && key == "d/" && pages.Add(1) > 3 {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		return nil
-	}})
+	fa, release := holdLists(mem, "d/", func(n int32) bool { return n > 3 })
 	c := objtest.NewCounting(fa)
 	pm, err := prefetch.New(prefetch.Options{Getter: c, MaxMemory: 64 << 20, EpochIdle: 30 * time.Second})
 	if err != nil {
@@ -324,7 +315,7 @@ func TestPartialListingStartsEpoch(t *testing.T) {
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	defer waitRefresh(t, d, func(*dirNode) bool { return true })
-	defer close(release)
+	defer release()
 	for i := range 30 {
 		if b := readFile(t, join(mnt, "d", coldName(i))); !bytes.Equal(b, coldData(i)) {
 			t.Fatalf("%s: wrong content (%d bytes)", coldName(i), len(b))

@@ -98,20 +98,11 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 				defer func(w time.Duration) { refreshWait = w }(refreshWait)
 				refreshWait = 30 * time.Millisecond
 			}
-			release := make(chan struct{})
 			var held atomic.Int32
 			mem := objtest.NewMem()
 			seedClasses(mem, 3, 3)
-			fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-				// Hold the first listing of c2/ (the background one).
-				if op == "List" && key == "c2/" && held.Add(1) == 1 {
-					select {
-					case <-release:
-					case <-time.After(30 * time.Second):
-					}
-				}
-				return nil
-			}})
+			// Hold the first listing of c2/ (the background one).
+			fa, release := holdLists(mem, "c2/", func(n int32) bool { held.Store(n); return n == 1 })
 			c := objtest.NewCounting(fa)
 			mnt, srv := testMountServer(t, c, Options{Immutable: true})
 			readDirNames(t, mnt)
@@ -119,13 +110,7 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 			readDirNames(t, join(mnt, "c1"))
 			d := classNode(t, srv, 2)
 			defer waitRefresh(t, d, func(*dirNode) bool { return true })
-			defer func() {
-				select {
-				case <-release:
-				default:
-					close(release)
-				}
-			}()
+			defer release()
 			deadline := time.Now().Add(10 * time.Second)
 			for held.Load() == 0 {
 				if time.Now().After(deadline) {
@@ -155,7 +140,7 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 				t.Fatalf("readdir of c2 returned %d entries while its background listing was held", n)
 			case <-time.After(50 * time.Millisecond):
 			}
-			close(release)
+			release()
 			if n := <-done; n != 3 {
 				t.Errorf("c2 has %d entries, want 3", n)
 			}
@@ -198,21 +183,11 @@ func TestStaleRelistLookupsProbe(t *testing.T) {
 	requireFUSE(t)
 	var clock atomic.Int64
 	clock.Store(1e18)
-	release := make(chan struct{})
-	defer close(release)
-	var lists atomic.Int32
 	mem := objtest.NewMem()
 	seedCold(mem)
-	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
-		// The second listing of d/ (the background refresh) is held.
-		if op == "List" && key == "d/" && lists.Add(1) == 2 {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		return nil
-	}})
+	// The second listing of d/ (the background refresh) is held.
+	fa, release := holdLists(mem, "d/", func(n int32) bool { return n == 2 })
+	defer release()
 	c := objtest.NewCounting(fa)
 	mnt, srv := testMountServer(t, c, Options{MetadataTTL: time.Nanosecond, NegativeTTL: time.Nanosecond, clock: clock.Load})
 	if n := readDirNames(t, join(mnt, "d")); n != coldFiles {

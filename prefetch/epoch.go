@@ -37,27 +37,16 @@ func dirOf(key string) string {
 // enables epoch pre-reading of that directory. Calling it again replaces
 // the list and keeps the epoch's progress.
 func (m *Manager) NoteDir(dir string, files []File) {
-	if m.o.EpochTrigger < 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return
-	}
-	d := m.dirs[dir]
-	if d == nil {
-		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}}
-		m.dirs[dir] = d
-	}
-	d.files = slices.Clone(files)
-	d.index = make(map[string]int, len(files))
-	for i, f := range d.files {
-		d.index[f.Key] = i
-	}
-	d.order = rand.Perm(len(d.files))
-	d.pos = 0
-	d.partial = false
+	m.updateDir(dir, func(d *dirState) {
+		d.files = slices.Clone(files)
+		d.index = make(map[string]int, len(files))
+		for i, f := range d.files {
+			d.index[f.Key] = i
+		}
+		d.order = rand.Perm(len(d.files))
+		d.pos = 0
+		d.partial = false
+	})
 }
 
 // AddDirFiles tells the Manager files directly under dir from a listing
@@ -66,7 +55,31 @@ func (m *Manager) NoteDir(dir string, files []File) {
 // listing to finish. Files the Manager does not know yet join dir's list,
 // each at a random place among those this epoch has not pre-read yet.
 func (m *Manager) AddDirFiles(dir string, files []File) {
-	if m.o.EpochTrigger < 0 || len(files) == 0 {
+	if len(files) == 0 {
+		return
+	}
+	m.updateDir(dir, func(d *dirState) {
+		d.partial = true
+		for _, f := range files {
+			if _, ok := d.index[f.Key]; ok {
+				continue
+			}
+			i := len(d.files)
+			d.files = append(d.files, f)
+			d.index[f.Key] = i
+			d.order = append(d.order, i)
+			last := len(d.order) - 1
+			j := d.pos + rand.IntN(last-d.pos+1)
+			d.order[j], d.order[last] = d.order[last], d.order[j]
+		}
+		m.maybeStartLocked(d, time.Now())
+	})
+}
+
+// updateDir runs fn on dir's state (made empty if the Manager has none)
+// under m.mu, unless epoch pre-reading is off or the Manager is closed.
+func (m *Manager) updateDir(dir string, fn func(d *dirState)) {
+	if m.o.EpochTrigger < 0 {
 		return
 	}
 	m.mu.Lock()
@@ -79,20 +92,7 @@ func (m *Manager) AddDirFiles(dir string, files []File) {
 		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{}}
 		m.dirs[dir] = d
 	}
-	d.partial = true
-	for _, f := range files {
-		if _, ok := d.index[f.Key]; ok {
-			continue
-		}
-		i := len(d.files)
-		d.files = append(d.files, f)
-		d.index[f.Key] = i
-		d.order = append(d.order, i)
-		last := len(d.order) - 1
-		j := d.pos + rand.IntN(last-d.pos+1)
-		d.order[j], d.order[last] = d.order[last], d.order[j]
-	}
-	m.maybeStartLocked(d, time.Now())
+	fn(d)
 }
 
 func (d *dirState) newEpoch() {
