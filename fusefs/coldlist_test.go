@@ -180,6 +180,14 @@ func holdLists(mem *objtest.Mem, key string, hold func(n int32) bool) (st *objte
 	return st, func() { once.Do(func() { close(ch) }) }
 }
 
+// listInPagesOf makes listings use pages of n keys until the test and
+// its mounts (whose listings read listPageSize) are done.
+func listInPagesOf(t *testing.T, n int32) {
+	old := listPageSize
+	listPageSize = n
+	t.Cleanup(func() { listPageSize = old })
+}
+
 // probesIn counts the lookup probes in d/ that c saw: LISTs other than
 // the listing of d/ itself and the root's probe of d.
 func probesIn(c *objtest.Counting) int64 {
@@ -191,8 +199,7 @@ func probesIn(c *objtest.Counting) int64 {
 // each costing a probe.
 func TestLookupWaitsForBackgroundListing(t *testing.T) {
 	requireFUSE(t)
-	defer func(n int32) { listPageSize = n }(listPageSize)
-	listPageSize = 10 // coldFiles in 10 pages
+	listInPagesOf(t, 10) // coldFiles in 10 pages
 	mem := objtest.NewMem()
 	seedCold(mem)
 	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
@@ -205,8 +212,6 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 	mnt, srv := testMountServer(t, c, Options{})
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	// The listing reads listPageSize: let it end before that is restored.
-	defer waitRefresh(t, d, func(*dirNode) bool { return true })
 	for i := 1; i < coldFiles; i++ {
 		statCold(t, mnt, i)
 	}
@@ -234,8 +239,7 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 // with no probe, while the listing still runs.
 func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 	requireFUSE(t)
-	defer func(n int32) { listPageSize = n }(listPageSize)
-	listPageSize = 10
+	listInPagesOf(t, 10)
 	mem := objtest.NewMem()
 	seedCold(mem)
 	// The first two pages come at once, the third not before release:
@@ -247,8 +251,6 @@ func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	// The listing reads listPageSize: let it end before that is restored.
-	defer waitRefresh(t, d, func(*dirNode) bool { return true })
 	defer release()
 	// "f005x" sorts between f005 and f006, in the first page.
 	_, err := os.Lstat(join(mnt, "d", "f005x"))
@@ -300,8 +302,7 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 // the rest of the directory is still being listed.
 func TestPartialListingStartsEpoch(t *testing.T) {
 	requireFUSE(t)
-	defer func(n int32) { listPageSize = n }(listPageSize)
-	listPageSize = 10
+	listInPagesOf(t, 10)
 	mem := objtest.NewMem()
 	seedCold(mem)
 	fa, release := holdLists(mem, "d/", func(n int32) bool { return n > 3 })

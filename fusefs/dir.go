@@ -307,19 +307,29 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 			timer = time.NewTimer(listWait)
 			defer timer.Stop()
 		}
-		ch := d.listAdvance
-		d.mu.Unlock()
-		select {
-		case <-ch:
-			d.mu.Lock()
-		case <-timer.C:
-			d.mu.Lock()
-			d.waitMisses++
-			return dirent{}, false, false
-		case <-ctx.Done():
-			d.mu.Lock()
+		if !d.waitListAdvanceLocked(ctx, timer) {
+			if ctx.Err() == nil {
+				d.waitMisses++
+			}
 			return dirent{}, false, false
 		}
+	}
+}
+
+// waitListAdvanceLocked waits, with d.mu released, until the background
+// listing under way moves or ends (true), or t fires or ctx ends (false).
+// d.mu is held on entry and on return; d.listAdvance must be non-nil.
+func (d *dirNode) waitListAdvanceLocked(ctx context.Context, t *time.Timer) bool {
+	ch := d.listAdvance
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -397,18 +407,9 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 	timer := time.NewTimer(refreshWait)
 	defer timer.Stop()
 	for d.refreshing && d.listSeq == seq && d.listAdvance != nil {
-		ch := d.listAdvance
-		d.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			d.mu.Lock()
-			return
-		case <-ctx.Done():
-			d.mu.Lock()
+		if !d.waitListAdvanceLocked(ctx, timer) {
 			return
 		}
-		d.mu.Lock()
 	}
 }
 
@@ -689,6 +690,11 @@ func (d *dirNode) childInode(ctx context.Context, name string, e dirent, out *fu
 func (d *dirNode) noteEnt(name string, e dirent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.noteEntLocked(name, e)
+}
+
+// noteEntLocked is noteEnt with d.mu held.
+func (d *dirNode) noteEntLocked(name string, e dirent) {
 	d.ents[name] = e
 	delete(d.neg, name)
 	d.completeAt = 0
@@ -744,10 +750,7 @@ func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
 	if d.pending[name] == n {
 		delete(d.pending, name)
 	}
-	d.ents[name] = e
-	delete(d.neg, name)
-	d.completeAt = 0
-	d.gen++
+	d.noteEntLocked(name, e)
 }
 
 // removePending drops n from the files being written, if still there.
