@@ -7,7 +7,7 @@
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 
-pkgs=(fuse3 python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist)
+pkgs=(fuse3 python3-venv python3-pip python3-setuptools python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist)
 if [[ "${1:-}" == "--bench" ]]; then
 	pkgs+=(fio s3fs rclone)
 fi
