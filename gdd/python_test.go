@@ -7,15 +7,33 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/os2g/os2g/internal/pyenv"
 )
 
-// TestPythonClient runs gdd/python/test_os2g_gdd.py (the pure-Python client)
-// against a simulated-device daemon on a real socket.
-func TestPythonClient(t *testing.T) {
-	const py = "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("%s not available: %v", py, err)
+// runPythonTests installs the python/ package into a fresh venv and runs
+// python/tests/<pattern> there against the sim daemon e, with env added.
+func runPythonTests(t *testing.T, pattern string, env ...string) {
+	t.Helper()
+	py := pyenv.Install(t)
+	root, err := pyenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
+	tests := filepath.Join(root, "python", "tests")
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", tests, "-t", tests, "-p", pattern)
+	cmd.Dir = t.TempDir() // "import os2g" must find the installed copy
+	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("python output:\n%s", out)
+	if err != nil {
+		t.Fatalf("python tests %s failed: %v", pattern, err)
+	}
+}
+
+// TestPythonClient runs python/tests/test_gdd.py (os2g.gdd, installed in
+// a fresh venv) against a simulated-device daemon on a real socket.
+func TestPythonClient(t *testing.T) {
 	e := startSim(t, 4)
 	const record = 3000
 	data := randBytes(77, 40*record)
@@ -30,21 +48,14 @@ func TestPythonClient(t *testing.T) {
 	if _, err := exec.LookPath("cc"); err == nil {
 		fakeDir = filepath.Dir(buildFakeDriver(t, true))
 	}
-	cmd := exec.Command(py, "python/test_os2g_gdd.py", "-v")
-	cmd.Env = append(os.Environ(),
+	runPythonTests(t, "test_gdd.py",
 		"OS2G_GDD_SOCKET="+e.socket,
 		"OS2G_GDD_SHM_DIR="+e.shmDir,
 		"OS2G_GDD_KEY=shards/train-0.bin",
 		"OS2G_GDD_EXPECT="+expect,
 		"OS2G_GDD_RECORD=3000",
-		"PYTHONDONTWRITEBYTECODE=1",
 		"OS2G_GDD_FAKE_CUDA_DIR="+fakeDir,
 	)
-	out, err := cmd.CombinedOutput()
-	t.Logf("python output:\n%s", out)
-	if err != nil {
-		t.Fatalf("python client tests failed: %v", err)
-	}
 	if s := e.sim.Stats(); s.HostBounceCopies != 0 {
 		t.Errorf("%d bounce copies", s.HostBounceCopies)
 	}

@@ -38,10 +38,15 @@ type ServeOptions struct {
 // Listen creates a Unix socket at path with permissions perm (0 means 0600,
 // owner only) and no window in which it is reachable with wider ones: it is
 // bound under a temporary name, chmod'ed, then renamed into place. A stale
-// socket at path is replaced. Closing the listener removes path.
+// socket at path is replaced. A missing parent directory is created (mode
+// 0755, as for /run/os2g) before the bind. Closing the listener removes
+// path.
 func Listen(path string, perm os.FileMode) (net.Listener, error) {
 	if perm == 0 {
 		perm = 0o600
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("gdd: socket directory for %s: %w", path, err)
 	}
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+strconv.Itoa(os.Getpid()))
 	_ = os.Remove(tmp)

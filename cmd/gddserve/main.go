@@ -1,6 +1,6 @@
 // Command gddserve runs the GDD placement service on its own, without a
 // FUSE mount: files are object keys of a bucket (-bucket) or paths under a
-// local directory (-dir), and clients (gdd/python/os2g_gdd.py) ask for byte
+// local directory (-dir), and clients (the os2g.gdd Python module, python/os2g/gdd.py) ask for byte
 // ranges of them to be placed into their GPU buffers.
 //
 //	gddserve -socket /run/os2g/gdd.sock -bucket data -endpoint http://127.0.0.1:7070

@@ -22,7 +22,7 @@ type gddFlags struct {
 }
 
 func (g *gddFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.socket, "gdd-socket", "", "serve GPU direct placement on this Unix socket (mode 0600), e.g. /run/os2g/gdd.sock; clients: gdd/python/os2g_gdd.py")
+	fs.StringVar(&g.socket, "gdd-socket", "", "serve GPU direct placement on this Unix socket (mode 0600), e.g. /run/os2g/gdd.sock (the Python client's default; its directory is created); client: python/os2g (os2g.gdd)")
 	fs.StringVar(&g.device, "gdd-device", "cuda", `placement device: "cuda" (driver loaded at run time) or "sim" (host memory standing in for the GPU)`)
 	fs.IntVar(&g.ordinal, "gdd-cuda-device", 0, "CUDA device ordinal for --gdd-device=cuda")
 	fs.StringVar(&g.simDir, "gdd-sim-dir", "/dev/shm", "shared-memory directory whose files are destinations for --gdd-device=sim")

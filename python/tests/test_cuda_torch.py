@@ -1,17 +1,15 @@
-"""GPU tests of os2g_gdd: PyTorch CUDA tensors filled by a CUDA daemon.
+"""GPU tests of os2g.gdd: PyTorch CUDA tensors filled by a CUDA daemon.
 
 Needs a GPU, torch with CUDA, and a daemon started as
 ``gddserve -backend cuda -dir $OS2G_GDD_DIR -socket $OS2G_GDD_SOCKET``
-(scripts/gpu-check.sh does this). Skips otherwise.
+(scripts/gpu-check.sh does this, with PYTHONPATH=python). Skips otherwise.
 """
 
 import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import os2g_gdd  # noqa: E402
+from os2g import gdd as os2g_gdd
 
 torch = os2g_gdd.torch
 SOCK = os.environ.get("OS2G_GDD_SOCKET")
@@ -63,7 +61,7 @@ class CudaTorchTest(unittest.TestCase):
 
     def test_record_dataset(self):
         rec = 4096
-        ds = os2g_gdd.RecordDataset("blob.bin", rec, torch.uint8, (rec,), socket=SOCK, in_flight=4)
+        ds = os2g_gdd.RecordStream("blob.bin", rec, torch.uint8, (rec,), socket=SOCK, in_flight=4)
         count = 0
         for i, t in enumerate(ds):
             self.assertTrue(torch.equal(t, self.ref[i * rec:(i + 1) * rec]), "record %d" % i)
