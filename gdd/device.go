@@ -79,6 +79,14 @@ type Stream interface {
 	// copied, but through a staging bounce (counted by the simulator; made
 	// synchronous by CUDA).
 	CopyHtoDAsync(dst DeviceBuffer, off int64, src []byte) error
+	// CopyDtoHAsync enqueues a copy of len(dst) bytes of src, from byte
+	// offset off, into host memory dst (the reverse of CopyHtoDAsync, for
+	// saving device memory). dst must not be read before an event recorded
+	// after the copy has completed. A dst that is not pinned memory of this
+	// device is still filled, through a staging bounce (counted by the
+	// simulator; made synchronous by CUDA). ErrInvalid if [off, off+len(dst))
+	// is outside src.
+	CopyDtoHAsync(dst []byte, src DeviceBuffer, off int64) error
 	// Record enqueues e: it completes when everything enqueued before it has.
 	Record(e Event) error
 	// Synchronize waits for everything enqueued so far.
