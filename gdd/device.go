@@ -29,6 +29,9 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the Placer, Device or Client is closed.
 	ErrClosed = errors.New("closed")
+	// ErrChecksum: bytes read do not match the CRC32C recorded for them (a
+	// corrupted object), or a tensor changed while it was being saved.
+	ErrChecksum = errors.New("checksum mismatch")
 )
 
 // Device is a GPU (or a simulation of one) as seen by the placement path.

@@ -68,6 +68,39 @@ func gddResolver(store objclient.Store, pm *prefetch.Manager, mp, prefix string)
 	}
 }
 
+// gddCreator starts the upload of a save request's path (mapped to a key
+// as gddResolver maps it). After a commit, cached bytes of the key's older
+// versions are dropped from pm. The mount's directory listing shows the
+// new object once its metadata TTL has passed.
+func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string) func(ctx context.Context, path string) (objclient.Writer, error) {
+	return func(ctx context.Context, p string) (objclient.Writer, error) {
+		key, err := gddKey(p, mp, prefix)
+		if err != nil {
+			return nil, err
+		}
+		w, err := store.Put(ctx, key, objclient.PutOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return &invalidatingWriter{Writer: w, pm: pm, key: key}, nil
+	}
+}
+
+// invalidatingWriter drops pm's cached bytes of key once the upload commits.
+type invalidatingWriter struct {
+	objclient.Writer
+	pm  *prefetch.Manager
+	key string
+}
+
+func (w *invalidatingWriter) Commit(ctx context.Context) (objclient.ObjectInfo, error) {
+	info, err := w.Writer.Commit(ctx)
+	if err == nil && w.pm != nil {
+		w.pm.Invalidate(w.key)
+	}
+	return info, err
+}
+
 // cachedSource is a gdd.Source reading through a prefetch.Reader; the
 // server closes it after the request.
 type cachedSource struct{ r *prefetch.Reader }
@@ -135,7 +168,8 @@ func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, pref
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, pm, mp, prefix), Logger: log}); err != nil {
+		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, pm, mp, prefix),
+			Create: gddCreator(store, pm, mp, prefix), Logger: log}); err != nil {
 			log.Error("placement service stopped", "err", err)
 		}
 	}()
