@@ -3,12 +3,19 @@
 package gdd
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/os2g/os2g/internal/pyenv"
+	"github.com/os2g/os2g/objclient"
 )
 
 // runPythonTests installs the python/ package into a fresh venv and runs
@@ -58,5 +65,36 @@ func TestPythonClient(t *testing.T) {
 	)
 	if s := e.sim.Stats(); s.HostBounceCopies != 0 {
 		t.Errorf("%d bounce copies", s.HostBounceCopies)
+	}
+}
+
+// TestPythonSafetensors runs python/tests/test_safetensors.py (installed
+// package) against a sim daemon that saves into its in-memory store; saves
+// under "fail/" fail midway.
+func TestPythonSafetensors(t *testing.T) {
+	e := startSimWith(t, 4, func(o *ServeOptions, e *simEnv) {
+		o.Create = func(ctx context.Context, path string) (objclient.Writer, error) {
+			w, err := e.mem.Put(ctx, path, objclient.PutOptions{})
+			if err != nil || !strings.HasPrefix(path, "fail/") {
+				return w, err
+			}
+			return &failingWriter{Writer: w, limit: 1000, aborted: new(atomic.Bool)}, nil
+		}
+	})
+	file, _ := checkpoint(t)
+	n := binary.LittleEndian.Uint64(file)
+	flipped := bytes.Clone(file)
+	flipped[8+int(n)+4321] ^= 0x01
+	e.mem.PutObject("ckpt/flipped.safetensors", flipped, "", nil)
+	js := bytes.Replace(file[8:8+n], []byte(`"data_offsets":[8,120008]`), []byte(`"data_offsets":[8,920008]`), 1)
+	e.mem.PutObject("ckpt/malformed.safetensors", append(append(bytes.Clone(file[:8]), js...), file[8+n:]...), "", nil)
+	runPythonTests(t, "test_safetensors.py",
+		"OS2G_GDD_SOCKET="+e.socket,
+		"OS2G_GDD_SHM_DIR="+e.shmDir,
+		"OS2G_ST_FLIPPED=ckpt/flipped.safetensors",
+		"OS2G_ST_MALFORMED=ckpt/malformed.safetensors",
+	)
+	if _, err := e.mem.Stat(context.Background(), "fail/ckpt.safetensors"); !errors.Is(err, objclient.ErrNotFound) {
+		t.Errorf("failed save left an object: %v", err)
 	}
 }

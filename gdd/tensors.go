@@ -150,6 +150,18 @@ func (s *server) placeBatch(ctx context.Context, cs *connState, req *Request) ([
 	return res, nil
 }
 
+// emptyBuffer is the source of a tensor without bytes (no allocation).
+type emptyBuffer struct{}
+
+func (emptyBuffer) Size() int64 { return 0 }
+func (emptyBuffer) CopyToHost(p []byte, off int64) error {
+	if len(p) != 0 || off != 0 {
+		return fmt.Errorf("%w: read of an empty buffer", ErrInvalid)
+	}
+	return nil
+}
+func (emptyBuffer) Close() error { return nil }
+
 // destView checks d against the opened allocation buf and returns the view
 // [d.Offset, d.Offset+d.Size).
 func destView(buf DeviceBuffer, d Dest) (DeviceBuffer, error) {
@@ -205,6 +217,10 @@ func (s *server) save(ctx context.Context, cs *connState, req *Request) (Result,
 			return Result{}, fmt.Errorf("%w: tensor %q: source device %d, this daemon serves device %d", ErrInvalid, t.Name, d.Device, s.dev.Ordinal())
 		case d.Offset < 0 || d.Size != t.Size():
 			return Result{}, fmt.Errorf("%w: tensor %q: source of %d bytes at %d, its shape %v of %s is %d bytes", ErrInvalid, t.Name, d.Size, d.Offset, t.Shape, t.DType, t.Size())
+		}
+		if t.Size() == 0 {
+			views[i] = emptyBuffer{}
+			continue
 		}
 		buf, err := s.handles.acquire(cs, d.Kind, d.Handle)
 		if err != nil {
