@@ -164,6 +164,10 @@ def load_safetensors(path: str, device: Any = "cuda:0", socket: Optional[str] = 
 
 def _load_sim(c: gdd.Client, path: str, entries: List[Tuple[Any, ...]], start: int, size: int,
               batch: int, shm_dir: str) -> Dict[str, Any]:
+    """Place every tensor into one shared-memory file (the simulated
+    device's memory) and return CPU tensors that are views of its mapping:
+    no byte is copied by this process. The file is unlinked at once; the
+    mapping lives as long as the tensors."""
     name = "os2g-st-%d-%d" % (os.getpid(), id(entries))
     shm_path = os.path.join(shm_dir, name)
     with open(shm_path, "w+b") as f:
@@ -174,18 +178,16 @@ def _load_sim(c: gdd.Client, path: str, entries: List[Tuple[Any, ...]], start: i
                 items = [{"offset": start + b, "length": e - b, "dst": gdd.shm_dest(name, e - b, b)} for b, e in chunk]
                 c.call({"op": "place_batch", "path": path, "items": items, "safetensors": True})
             m = mmap.mmap(f.fileno(), max(size, 1))
-            try:
-                out: Dict[str, Any] = {}
-                for tname, dt, shape, b, e in entries:
-                    if e == b:
-                        out[tname] = torch.empty(shape, dtype=dt)
-                    else:
-                        out[tname] = torch.frombuffer(bytearray(m[b:e]), dtype=dt).reshape(shape)
-                return out
-            finally:
-                m.close()
         finally:
             os.unlink(shm_path)
+    out: Dict[str, Any] = {}
+    for tname, dt, shape, b, e in entries:
+        if e == b:
+            out[tname] = torch.empty(shape, dtype=dt)
+        else:
+            count = (e - b) // torch.empty((), dtype=dt).element_size()
+            out[tname] = torch.frombuffer(m, dtype=dt, count=count, offset=b).reshape(shape)
+    return out
 
 
 def save_safetensors(tensors: Mapping[str, Any], path: str, metadata: Optional[Mapping[str, str]] = None,
