@@ -72,8 +72,11 @@ func gddResolver(store objclient.Store, pm *prefetch.Manager, mp, prefix string)
 // as gddResolver maps it). After a commit, cached bytes of the key's older
 // versions are dropped from pm. The mount's directory listing shows the
 // new object once its metadata TTL has passed.
-func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string) func(ctx context.Context, path string) (objclient.Writer, error) {
+func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool) func(ctx context.Context, path string) (objclient.Writer, error) {
 	return func(ctx context.Context, p string) (objclient.Writer, error) {
+		if readOnly {
+			return nil, fmt.Errorf("%w: cannot save %s: the mount %s is read-only", gdd.ErrInvalid, p, mp)
+		}
 		key, err := gddKey(p, mp, prefix)
 		if err != nil {
 			return nil, err
@@ -138,8 +141,9 @@ func gddKey(p, mp, prefix string) (string, error) {
 
 // startGDD opens the device and serves placements on g.socket until the
 // returned stop is called. With no socket it does nothing. stop is never nil.
-// Placements read through pm when it is not nil (see gddResolver).
-func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, prefix string, log *slog.Logger) (stop func(), err error) {
+// Placements read through pm when it is not nil (see gddResolver); saves
+// are refused when readOnly.
+func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool, log *slog.Logger) (stop func(), err error) {
 	if g.socket == "" {
 		return func() {}, nil
 	}
@@ -169,7 +173,7 @@ func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, pref
 	go func() {
 		defer close(done)
 		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, pm, mp, prefix),
-			Create: gddCreator(store, pm, mp, prefix), Logger: log}); err != nil {
+			Create: gddCreator(store, pm, mp, prefix, readOnly), Logger: log}); err != nil {
 			log.Error("placement service stopped", "err", err)
 		}
 	}()

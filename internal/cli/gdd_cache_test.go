@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func TestGDDPlacementReadsThroughMountCache(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	g := &gddFlags{socket: filepath.Join(sockDir, "gdd.sock"), device: "sim", simDir: shm}
-	stop, err := startGDD(g, store, pm, mp, "p/", slog.New(slog.DiscardHandler))
+	stop, err := startGDD(g, store, pm, mp, "p/", true, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +104,70 @@ func TestGDDPlacementReadsThroughMountCache(t *testing.T) {
 	placed, err := os.ReadFile(filepath.Join(shm, "dst"))
 	if err != nil || !bytes.Equal(placed, payload) {
 		t.Errorf("destination holds different bytes (%v)", err)
+	}
+	// The mount is read-only: a save is refused, and nothing is written.
+	r, err := c.Do(ctx, gdd.Request{Op: gdd.OpSave, Path: filepath.Join(mp, "w", "ckpt.safetensors"), Tensors: []gdd.SaveTensor{
+		{Name: "x", DType: "U8", Shape: []int64{16}, Src: gdd.Dest{Kind: "sim", Handle: []byte("dst"), Size: 16}}}})
+	if err != nil || r.Error == nil || !strings.Contains(r.Error.Message, "read-only") {
+		t.Errorf("save on a read-only mount: %v %+v; want an error saying read-only", err, r.Error)
+	}
+	if _, err := mem.Stat(ctx, "p/w/ckpt.safetensors"); err == nil {
+		t.Error("a save on a read-only mount wrote an object")
+	}
+}
+
+// TestGDDSaveThroughDaemon: a save_safetensors request to the mount's gdd
+// service writes a safetensors object under the mount's prefix, replacing
+// the older object.
+func TestGDDSaveThroughDaemon(t *testing.T) {
+	mem := objtest.NewMem()
+	mem.PutObject("p/ckpt/a.safetensors", []byte("stale"), "", nil)
+	pm, err := prefetch.New(prefetch.Options{Getter: mem, MaxMemory: 16 << 20, PartSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pm.Close()
+	dir := t.TempDir()
+	shm := filepath.Join(dir, "shm")
+	if err := os.Mkdir(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 1000)
+	if err := os.WriteFile(filepath.Join(shm, "t"), src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "gdds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	g := &gddFlags{socket: filepath.Join(sockDir, "gdd.sock"), device: "sim", simDir: shm}
+	stop, err := startGDD(g, mem, pm, "/mnt/s3", "p/", false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := gdd.Dial(ctx, g.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Do(ctx, gdd.Request{Op: gdd.OpSave, Path: "/mnt/s3/ckpt/a.safetensors", Tensors: []gdd.SaveTensor{
+		{Name: "w", DType: "I64", Shape: []int64{1000}, Src: gdd.Dest{Kind: "sim", Handle: []byte("t"), Size: int64(len(src))}}}})
+	if err != nil || r.Error != nil {
+		t.Fatalf("save: %v %+v", err, r.Error)
+	}
+	info, err := mem.Stat(ctx, "p/ckpt/a.safetensors")
+	if err != nil || info.Size != r.Bytes || info.Size <= int64(len(src)) {
+		t.Fatalf("saved object %+v, %v; reply %d bytes", info, err, r.Bytes)
+	}
+	obj := make([]byte, info.Size)
+	if _, err := mem.GetRange(ctx, "p/ckpt/a.safetensors", 0, obj, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(obj[len(obj)-len(src):], src) {
+		t.Error("the saved object does not end with the tensor's bytes")
 	}
 }

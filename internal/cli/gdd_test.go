@@ -55,7 +55,7 @@ func TestGDDService(t *testing.T) {
 	if err := g.validate(); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startGDD(g, store, nil, "/mnt/s3", "p/", slog.New(slog.DiscardHandler))
+	stop, err := startGDD(g, store, nil, "/mnt/s3", "p/", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
