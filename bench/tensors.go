@@ -30,7 +30,6 @@ import (
 
 	"github.com/os2g/os2g/gdd"
 	"github.com/os2g/os2g/gdd/safetensors"
-	"github.com/os2g/os2g/objclient"
 )
 
 // burnEnv, when set, turns this program into one CPU burner (a busy loop
@@ -321,9 +320,7 @@ func startBenchDaemon(ctx context.Context, sock, dir, shmDir string) (stop func(
 				}
 				return &fileSource{Source: gdd.ReaderAtSource(f, st.Size()), f: f}, nil
 			},
-			Create: func(ctx context.Context, path string) (objclient.Writer, error) {
-				return newFileWriter(root, path)
-			},
+			Create: gdd.DirCreator(root),
 		})
 	}()
 	return func() {
@@ -344,51 +341,6 @@ type fileSource struct {
 }
 
 func (s *fileSource) Close() error { return s.f.Close() }
-
-// fileWriter is an objclient.Writer onto a local file: written under a
-// temporary name, renamed into place by Commit, removed by Abort.
-type fileWriter struct {
-	root      *os.Root
-	name, tmp string
-	f         *os.File
-	n         int64
-}
-
-var _ objclient.Writer = (*fileWriter)(nil)
-
-func newFileWriter(root *os.Root, name string) (*fileWriter, error) {
-	tmp := "." + filepath.Base(name) + ".tmp"
-	f, err := root.Create(tmp)
-	if err != nil {
-		return nil, err
-	}
-	return &fileWriter{root: root, name: name, tmp: tmp, f: f}, nil
-}
-
-func (w *fileWriter) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	w.n += int64(n)
-	return n, err
-}
-
-func (w *fileWriter) Written() int64 { return w.n }
-
-func (w *fileWriter) Commit(ctx context.Context) (objclient.ObjectInfo, error) {
-	if err := w.f.Close(); err != nil {
-		_ = w.root.Remove(w.tmp)
-		return objclient.ObjectInfo{}, err
-	}
-	if err := w.root.Rename(w.tmp, w.name); err != nil {
-		_ = w.root.Remove(w.tmp)
-		return objclient.ObjectInfo{}, err
-	}
-	return objclient.ObjectInfo{Key: w.name, Size: w.n}, nil
-}
-
-func (w *fileWriter) Abort(ctx context.Context) error {
-	_ = w.f.Close()
-	return w.root.Remove(w.tmp)
-}
 
 // startBurners starts n copies of this program as CPU burners.
 func startBurners(n int) ([]*exec.Cmd, error) {

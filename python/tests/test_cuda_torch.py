@@ -68,6 +68,34 @@ class CudaTorchTest(unittest.TestCase):
             count += 1
         self.assertEqual(count, self.N // rec)
 
+    def test_safetensors_round_trip(self):
+        from os2g import safetensors as st
+        g = torch.Generator(device="cuda")
+        g.manual_seed(1)
+        tensors = {
+            "w": torch.randn(1024, 1031, device="cuda", generator=g),
+            "b": torch.randn(1031, device="cuda", generator=g).half(),
+            "e": torch.randn(77, 64, device="cuda", generator=g).bfloat16(),
+            "step": torch.tensor(5, device="cuda"),
+            "t": torch.randn(64, 32, device="cuda", generator=g).t(),  # not contiguous
+        }
+        st.save_safetensors(tensors, "ckpt.safetensors", metadata={"epoch": "3"}, socket=SOCK)
+        back = st.load_safetensors("ckpt.safetensors", device="cuda:0", socket=SOCK)
+        self.assertEqual(sorted(back), sorted(tensors))
+        for k, t in tensors.items():
+            self.assertTrue(back[k].is_cuda, k)
+            self.assertTrue(torch.equal(back[k], t), k)
+        # A flipped byte in the stored file is caught.
+        path = os.path.join(DIR, "ckpt.safetensors")
+        with open(path, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 1]))
+        with self.assertRaises(os2g_gdd.GDDError) as cm:
+            st.load_safetensors("ckpt.safetensors", device="cuda:0", socket=SOCK)
+        self.assertEqual(cm.exception.code, "checksum")
+
     def test_throughput(self):
         size = 1 << 30
         path = os.path.join(DIR, "big.bin")
