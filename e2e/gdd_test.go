@@ -58,7 +58,7 @@ func TestGDDSocket(t *testing.T) {
 	}
 	mp := e.mountpoint()
 	shm := t.TempDir()
-	sock := filepath.Join(t.TempDir(), "gdd.sock")
+	sock := filepath.Join(t.TempDir(), "run", "os2g", "gdd.sock") // a directory that does not exist yet, like /run/os2g on a fresh machine
 	pid := e.mount(mp, "--read-only", "--gdd-socket", sock, "--gdd-device", "sim", "--gdd-sim-dir", shm)
 	if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Fatalf("socket %s: %v, %v", sock, st, err)
