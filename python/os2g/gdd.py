@@ -58,7 +58,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 WIRE_VERSION = 1
-MAX_FRAME = 1 << 20
+MAX_FRAME = 16 << 20  # bytes; as gdd.MaxFrame
 IPC_HANDLE_SIZE = 64
 #: The socket used when none is given and $OS2G_GDD_SOCKET is unset.
 FALLBACK_SOCKET = "/run/os2g/gdd.sock"
