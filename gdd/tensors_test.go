@@ -305,3 +305,53 @@ func TestSafetensorsSaveRoundTrip(t *testing.T) {
 		t.Errorf("object after refused saves: %v", err)
 	}
 }
+
+// TestDrainErrorsReturnBlocks: an error from fn midway, or a cancelled
+// context, ends Drain with that error and every pinned block back in the
+// pool (a later full Drain, which needs them all, completes).
+func TestDrainErrorsReturnBlocks(t *testing.T) {
+	sim, err := NewSim(SimOptions{ShmDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlacer(PlacerOptions{Device: sim, BlockSize: 4096, Blocks: 2, Streams: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 10*4096 + 3
+	buf, err := sim.AllocDevice(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	data := randBytes(3, n)
+	if _, err := p.Place(ctx30(t), ReaderAtSource(bytes.NewReader(data), n), 0, -1, buf); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	calls := 0
+	_, err = p.Drain(ctx30(t), buf, func(b []byte) error {
+		calls++
+		if calls == 3 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || calls != 3 {
+		t.Fatalf("Drain with fn failing at block 3: %v after %d calls", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Drain(ctx, buf, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Drain with a cancelled context: %v", err)
+	}
+	var got []byte
+	crc, err := p.Drain(ctx30(t), buf, func(b []byte) error { got = append(got, b...); return nil })
+	if err != nil || !bytes.Equal(got, data) || crc != castagnoli(data) {
+		t.Fatalf("Drain after errors: %v, %d bytes, crc %08x", err, len(got), crc)
+	}
+	if s := sim.Stats(); s.DtoHBounceCopies != 0 {
+		t.Errorf("%d device-to-host bounces into pinned blocks", s.DtoHBounceCopies)
+	}
+}
