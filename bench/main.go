@@ -52,6 +52,9 @@ func progress(format string, args ...any) {
 }
 
 func run(args []string) int {
+	if code, ok := maybeRunTensors(args); ok { // --workloads tensors: bench/tensors.go
+		return code
+	}
 	cfg, err := parseConfig(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

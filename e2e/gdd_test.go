@@ -20,7 +20,7 @@ import (
 const gddScript = `
 import os, sys
 sys.path.insert(0, sys.argv[1])
-import os2g_gdd
+from os2g import gdd as os2g_gdd
 sock, shm, path = sys.argv[2], sys.argv[3], sys.argv[4]
 size = os.path.getsize(path)
 with open(os.path.join(shm, "dst"), "wb") as f:
@@ -42,7 +42,7 @@ func TestGDDSocket(t *testing.T) {
 	}
 	e := newEnv(t)
 	_, self, _, _ := runtime.Caller(0)
-	pyDir := filepath.Join(filepath.Dir(self), "..", "gdd", "python")
+	pyDir := filepath.Join(filepath.Dir(self), "..", "python") // the os2g package's source
 
 	src := t.TempDir()
 	data := make([]byte, 20<<20+12345) // several 8 MiB blocks and a tail
@@ -58,7 +58,7 @@ func TestGDDSocket(t *testing.T) {
 	}
 	mp := e.mountpoint()
 	shm := t.TempDir()
-	sock := filepath.Join(t.TempDir(), "gdd.sock")
+	sock := filepath.Join(t.TempDir(), "run", "os2g", "gdd.sock") // a directory that does not exist yet, like /run/os2g on a fresh machine
 	pid := e.mount(mp, "--read-only", "--gdd-socket", sock, "--gdd-device", "sim", "--gdd-sim-dir", shm)
 	if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Fatalf("socket %s: %v, %v", sock, st, err)

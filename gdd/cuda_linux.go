@@ -52,6 +52,7 @@ type cudaAPI struct {
 	cuMemGetAddressRange      func(base *uint64, size *uintptr, dptr uint64) int32
 	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, n uintptr, stream uintptr) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uintptr) int32
+	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src uint64, n uintptr, stream uintptr) int32
 	cuStreamCreate            func(s *uintptr, flags uint32) int32
 	cuStreamSynchronize       func(s uintptr) int32
 	cuStreamDestroy           func(s uintptr) int32
@@ -98,6 +99,7 @@ func loadCUDA(lib string) (*cudaAPI, error) {
 		{[]string{"cuMemGetAddressRange_v2"}, &a.cuMemGetAddressRange},
 		{[]string{"cuMemcpyHtoDAsync_v2"}, &a.cuMemcpyHtoDAsync},
 		{[]string{"cuMemcpyDtoH_v2"}, &a.cuMemcpyDtoH},
+		{[]string{"cuMemcpyDtoHAsync_v2"}, &a.cuMemcpyDtoHAsync},
 		{[]string{"cuStreamCreate"}, &a.cuStreamCreate},
 		{[]string{"cuStreamSynchronize"}, &a.cuStreamSynchronize},
 		{[]string{"cuStreamDestroy_v2"}, &a.cuStreamDestroy},
@@ -422,6 +424,24 @@ func (s *cudaStream) CopyHtoDAsync(dst DeviceBuffer, off int64, src []byte) erro
 	p := unsafe.Pointer(unsafe.SliceData(src))
 	return s.d.do("cuMemcpyHtoDAsync", func() int32 {
 		return s.d.api.cuMemcpyHtoDAsync(cb.ptr+uint64(boff+off), p, uintptr(len(src)), s.s)
+	})
+}
+
+func (s *cudaStream) CopyDtoHAsync(dst []byte, src DeviceBuffer, off int64) error {
+	base, boff := unwrap(src)
+	cb, ok := base.(*cudaBuf)
+	if !ok || cb.d != s.d {
+		return fmt.Errorf("%w: source is not memory of this CUDA device", ErrInvalid)
+	}
+	if off < 0 || int64(len(dst)) > src.Size()-off {
+		return fmt.Errorf("%w: copy of %d bytes at offset %d of a %d-byte buffer", ErrInvalid, len(dst), off, src.Size())
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(dst))
+	return s.d.do("cuMemcpyDtoHAsync", func() int32 {
+		return s.d.api.cuMemcpyDtoHAsync(p, cb.ptr+uint64(boff+off), uintptr(len(dst)), s.s)
 	})
 }
 

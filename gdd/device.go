@@ -29,6 +29,9 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the Placer, Device or Client is closed.
 	ErrClosed = errors.New("closed")
+	// ErrChecksum: bytes read do not match the CRC32C recorded for them (a
+	// corrupted object), or a tensor changed while it was being saved.
+	ErrChecksum = errors.New("checksum mismatch")
 )
 
 // Device is a GPU (or a simulation of one) as seen by the placement path.
@@ -79,6 +82,14 @@ type Stream interface {
 	// copied, but through a staging bounce (counted by the simulator; made
 	// synchronous by CUDA).
 	CopyHtoDAsync(dst DeviceBuffer, off int64, src []byte) error
+	// CopyDtoHAsync enqueues a copy of len(dst) bytes of src, from byte
+	// offset off, into host memory dst (the reverse of CopyHtoDAsync, for
+	// saving device memory). dst must not be read before an event recorded
+	// after the copy has completed. A dst that is not pinned memory of this
+	// device is still filled, through a staging bounce (counted by the
+	// simulator; made synchronous by CUDA). ErrInvalid if [off, off+len(dst))
+	// is outside src.
+	CopyDtoHAsync(dst []byte, src DeviceBuffer, off int64) error
 	// Record enqueues e: it completes when everything enqueued before it has.
 	Record(e Event) error
 	// Synchronize waits for everything enqueued so far.

@@ -27,7 +27,7 @@
 //     from there.
 //
 //   - A placement service ([Serve], [Listen]): a Unix socket on which a
-//     client (the Python module gdd/python/os2g_gdd.py, or [Client]) asks
+//     client (the Python package python/os2g, module os2g.gdd, or [Client]) asks
 //     for "bytes [off, off+n) of file F into destination D", where D is a
 //     CUDA IPC handle plus offset (or, for the simulated device, the name of
 //     a shared-memory file). Replies carry the byte count and the CRC32C of

@@ -89,6 +89,13 @@ const testBlock = 64 << 10
 // startSim starts a sim placement server on a temporary socket.
 func startSim(t testing.TB, blocks int) *simEnv {
 	t.Helper()
+	return startSimWith(t, blocks, nil)
+}
+
+// startSimWith is startSim with a hook that may change the ServeOptions
+// (its env's sim, store and mem are set).
+func startSimWith(t testing.TB, blocks int, hook func(*ServeOptions, *simEnv)) *simEnv {
+	t.Helper()
 	dir := t.TempDir()
 	sim, err := NewSim(SimOptions{ShmDir: dir})
 	if err != nil {
@@ -112,7 +119,12 @@ func startSim(t testing.TB, blocks int) *simEnv {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, ServeOptions{Placer: p, Resolve: memResolver(cs)}) }()
+	env := &simEnv{sim: sim, placer: p, store: cs, mem: mem, shmDir: dir, socket: sock}
+	so := ServeOptions{Placer: p, Resolve: memResolver(cs)}
+	if hook != nil {
+		hook(&so, env)
+	}
+	go func() { done <- Serve(ctx, ln, so) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -126,7 +138,7 @@ func startSim(t testing.TB, blocks int) *simEnv {
 		_ = p.Close()
 		_ = os.RemoveAll(sockDir)
 	})
-	return &simEnv{sim: sim, placer: p, store: cs, mem: mem, shmDir: dir, socket: sock}
+	return env
 }
 
 // shm creates a zeroed shared-memory file of n bytes and returns its name.

@@ -2,6 +2,7 @@ package gdd
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -38,6 +39,21 @@ func (s *lazyStream) CopyHtoDAsync(dst DeviceBuffer, off int64, src []byte) erro
 	defer s.mu.Unlock()
 	s.ops = append(s.ops, func() error {
 		if err := s.inner.CopyHtoDAsync(dst, off, src); err != nil {
+			return err
+		}
+		return s.inner.Synchronize()
+	})
+	return nil
+}
+
+func (s *lazyStream) CopyDtoHAsync(dst []byte, src DeviceBuffer, off int64) error {
+	if off < 0 || int64(len(dst)) > src.Size()-off {
+		return fmt.Errorf("%w: copy of %d bytes at %d of %d", ErrInvalid, len(dst), off, src.Size())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops = append(s.ops, func() error {
+		if err := s.inner.CopyDtoHAsync(dst, src, off); err != nil {
 			return err
 		}
 		return s.inner.Synchronize()

@@ -306,3 +306,95 @@ func readFull(ctx context.Context, src Source, p []byte, off int64) error {
 	}
 	return nil
 }
+
+// Drain copies all of device memory src into pinned blocks, block by block
+// (device-to-host DMA on the Placer's streams, the copy of block k+1 in
+// flight while block k is handed on), computes the CRC32C of the bytes in
+// order and, if fn is not nil, calls fn with each block in order. A block
+// passed to fn is valid only during the call. Each byte crosses into host
+// memory once. Returns the CRC32C; errors of the device, of fn (returned
+// as is), ErrClosed, or ctx's.
+func (p *Placer) Drain(ctx context.Context, src DeviceBuffer, fn func(b []byte) error) (uint32, error) {
+	n := src.Size()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, ErrClosed
+	}
+	p.active.Add(1)
+	first := p.rr
+	p.rr = (p.rr + 1) % len(p.streams)
+	p.mu.Unlock()
+	defer p.active.Done()
+	if n == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bs := int64(p.blockSize)
+	nb := int((n + bs - 1) / bs)
+
+	// Producer: take blocks in order and enqueue each copy with its event.
+	type djob struct {
+		b   *block
+		n   int
+		err error
+	}
+	order := make(chan djob, nb)
+	go func() {
+		defer close(order)
+		for k := range nb {
+			var b *block
+			select {
+			case b = <-p.free:
+			case <-ctx.Done():
+				return
+			}
+			jn := int(min(bs, n-int64(k)*bs))
+			s := p.streams[(first+k)%len(p.streams)]
+			err := s.CopyDtoHAsync(b.host.Bytes()[:jn], src, int64(k)*bs)
+			if err == nil {
+				err = s.Record(b.ev)
+			}
+			if err != nil {
+				_ = s.Synchronize() // the copy may be queued: let it finish before reuse
+			}
+			order <- djob{b: b, n: jn, err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	// Consumer: wait for each copy, checksum, hand on, free the block.
+	crc := uint32(0)
+	var firstErr error
+	for j := range order {
+		err := j.err
+		if err == nil && firstErr == nil {
+			err = j.b.ev.Synchronize()
+		}
+		if err == nil && firstErr == nil {
+			data := j.b.host.Bytes()[:j.n]
+			crc = crc32.Update(crc, p.table, data)
+			if fn != nil {
+				err = fn(data)
+			}
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+		if firstErr != nil && j.err == nil {
+			_ = j.b.ev.Synchronize() // never hand a block back with a copy pending
+		}
+		p.free <- j.b
+	}
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return crc, nil
+}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/os2g/os2g/gdd/safetensors"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -27,6 +28,9 @@ type ServeOptions struct {
 	// ErrNotFound, objclient.ErrNotFound or fs.ErrNotExist for a missing
 	// file. Required.
 	Resolve func(ctx context.Context, path string) (Source, error)
+	// Create starts an upload of the object a save request's path names
+	// (resolved like Resolve's paths). Nil: the daemon refuses saves.
+	Create func(ctx context.Context, path string) (objclient.Writer, error)
 	// MaxInFlight bounds the requests served at once per connection
 	// (default 16); a client may send more, they wait.
 	MaxInFlight int
@@ -38,10 +42,15 @@ type ServeOptions struct {
 // Listen creates a Unix socket at path with permissions perm (0 means 0600,
 // owner only) and no window in which it is reachable with wider ones: it is
 // bound under a temporary name, chmod'ed, then renamed into place. A stale
-// socket at path is replaced. Closing the listener removes path.
+// socket at path is replaced. A missing parent directory is created (mode
+// 0755, as for /run/os2g) before the bind. Closing the listener removes
+// path.
 func Listen(path string, perm os.FileMode) (net.Listener, error) {
 	if perm == 0 {
 		perm = 0o600
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("gdd: socket directory for %s: %w", path, err)
 	}
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+strconv.Itoa(os.Getpid()))
 	_ = os.Remove(tmp)
@@ -206,6 +215,30 @@ func (s *server) handle(ctx context.Context, cs *connState, req *Request) *Reply
 			return errReply(err)
 		}
 		return &Reply{Bytes: res.Bytes, CRC32C: res.CRC32C}
+	case OpHeader:
+		h, err := s.header(ctx, req.Path)
+		if err != nil {
+			return errReply(err)
+		}
+		return &Reply{Header: h}
+	case OpPlaceBatch:
+		items, err := s.placeBatch(ctx, cs, req)
+		if err != nil {
+			s.o.Logger.Debug("gdd: batch placement failed", "path", req.Path, "err", err)
+			return errReply(err)
+		}
+		var total int64
+		for _, it := range items {
+			total += it.Bytes
+		}
+		return &Reply{Bytes: total, Items: items}
+	case OpSave:
+		res, err := s.save(ctx, cs, req)
+		if err != nil {
+			s.o.Logger.Warn("gdd: save failed", "path", req.Path, "err", err)
+			return errReply(err)
+		}
+		return &Reply{Bytes: res.Bytes, Size: res.Bytes}
 	}
 	return &Reply{Error: &WireError{Code: CodeBadRequest, Message: fmt.Sprintf("unknown op %q", req.Op)}}
 }
@@ -277,6 +310,10 @@ func errReply(err error) *Reply {
 		code = CodeDstTooSmall
 	case errors.Is(err, ErrDevice), errors.Is(err, ErrNoDevice):
 		code = CodeDevice
+	case errors.Is(err, safetensors.ErrMalformed):
+		code = CodeMalformed
+	case errors.Is(err, ErrChecksum):
+		code = CodeChecksum
 	case errors.Is(err, ErrInvalid):
 		code = CodeBadRequest
 	case errors.Is(err, objclient.ErrChanged):

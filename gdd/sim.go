@@ -38,6 +38,15 @@ type SimStats struct {
 	// DeviceToHostCopies and BytesToHost count CopyToHost calls (tests).
 	DeviceToHostCopies int64
 	BytesToHost        int64
+	// DtoHCopies and DtoHBytes count stream copies device-to-host
+	// (CopyDtoHAsync): each byte saved crosses into host memory once, so
+	// DtoHBytes equals the bytes saved. DtoHBounceCopies/DtoHBounceBytes
+	// count those whose destination was not pinned memory of this device
+	// (staged through a second host buffer: an extra crossing).
+	DtoHCopies       int64
+	DtoHBytes        int64
+	DtoHBounceCopies int64
+	DtoHBounceBytes  int64
 	// IPCOpens is the number of successful OpenIPC calls.
 	IPCOpens int64
 }
@@ -56,6 +65,7 @@ type Sim struct {
 
 	hostAllocs, h2dCopies, h2dBytes, bounceCopies, bounceBytes atomic.Int64
 	d2hCopies, d2hBytes, ipcOpens                              atomic.Int64
+	dtohCopies, dtohBytes, dtohBounceCopies, dtohBounceBytes   atomic.Int64
 }
 
 // span is a host address range [lo, hi).
@@ -91,6 +101,10 @@ func (s *Sim) Stats() SimStats {
 		DeviceToHostCopies: s.d2hCopies.Load(),
 		BytesToHost:        s.d2hBytes.Load(),
 		IPCOpens:           s.ipcOpens.Load(),
+		DtoHCopies:         s.dtohCopies.Load(),
+		DtoHBytes:          s.dtohBytes.Load(),
+		DtoHBounceCopies:   s.dtohBounceCopies.Load(),
+		DtoHBounceBytes:    s.dtohBounceBytes.Load(),
 	}
 }
 
@@ -355,6 +369,51 @@ func (st *simStream) CopyHtoDAsync(dst DeviceBuffer, off int64, src []byte) erro
 		copy(db.b[at:], src)
 		st.s.h2dCopies.Add(1)
 		st.s.h2dBytes.Add(int64(len(src)))
+	})
+}
+
+func (st *simStream) CopyDtoHAsync(dst []byte, src DeviceBuffer, off int64) error {
+	base, boff := unwrap(src)
+	sb, ok := base.(*simBuf)
+	if !ok || sb.s != st.s {
+		return fmt.Errorf("%w: source is not memory of this sim device", ErrInvalid)
+	}
+	if off < 0 || int64(len(dst)) > src.Size()-off {
+		return fmt.Errorf("%w: copy of %d bytes at offset %d of a %d-byte buffer", ErrInvalid, len(dst), off, src.Size())
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	at := boff + off
+	if !st.s.IsPinned(dst) {
+		// Pageable destination: a driver copies into a staging buffer and
+		// then into dst, synchronously.
+		if err := st.Synchronize(); err != nil {
+			return err
+		}
+		sb.mu.RLock()
+		defer sb.mu.RUnlock()
+		if sb.closed {
+			return ErrClosed
+		}
+		staged := make([]byte, len(dst))
+		copy(staged, sb.b[at:])
+		copy(dst, staged)
+		st.s.dtohCopies.Add(1)
+		st.s.dtohBytes.Add(int64(len(dst)))
+		st.s.dtohBounceCopies.Add(1)
+		st.s.dtohBounceBytes.Add(int64(len(dst)))
+		return nil
+	}
+	return st.enqueue(func() {
+		sb.mu.RLock()
+		defer sb.mu.RUnlock()
+		if sb.closed {
+			return
+		}
+		copy(dst, sb.b[at:])
+		st.s.dtohCopies.Add(1)
+		st.s.dtohBytes.Add(int64(len(dst)))
 	})
 }
 

@@ -6,19 +6,29 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/os2g/os2g/gdd/safetensors"
 )
 
 // WireVersion is the version of the placement protocol (docs/gdd.md).
 const WireVersion = 1
 
-// MaxFrame is the largest message accepted, in bytes.
-const MaxFrame = 1 << 20
+// MaxFrame is the largest message accepted, in bytes (16 MiB: a
+// place_batch or save of tens of thousands of tensors, or the header reply
+// of such a checkpoint; single placements are far smaller).
+const MaxFrame = 16 << 20
 
 // Request operations.
 const (
 	OpPlace = "place" // place bytes of a file into a destination
 	OpStat  = "stat"  // report a file's size
 	OpInfo  = "info"  // report the daemon's device
+	// OpPlaceBatch places several ranges of one file (Items) in one request.
+	OpPlaceBatch = "place_batch"
+	// OpHeader returns the validated header of a safetensors file.
+	OpHeader = "safetensors_header"
+	// OpSave writes device tensors (Tensors) as a safetensors object at Path.
+	OpSave = "save_safetensors"
 )
 
 // Error codes carried in replies (WireError.Code).
@@ -32,6 +42,8 @@ const (
 	CodeDevice      = "device"        // device (CUDA) error, or no device
 	CodeChanged     = "changed"       // the object changed during the read
 	CodeCanceled    = "canceled"      // the request was cancelled (shutdown)
+	CodeMalformed   = "malformed"     // the file is not a valid safetensors file
+	CodeChecksum    = "checksum"      // the bytes placed do not match their recorded CRC32C
 	CodeIO          = "io"            // any other error reading the file
 )
 
@@ -50,6 +62,42 @@ type Request struct {
 	Length *int64 `json:"length,omitempty"`
 	// Dst is the destination (place only).
 	Dst *Dest `json:"dst,omitempty"`
+	// Items are the ranges of a place_batch.
+	Items []BatchItem `json:"items,omitempty"`
+	// Safetensors makes a place_batch validate Path as a safetensors file
+	// first and accept only items that are exactly one tensor's bytes; each
+	// tensor's CRC32C recorded in the header's metadata is then checked.
+	Safetensors bool `json:"safetensors,omitempty"`
+	// Tensors are the device tensors a save writes, in any order.
+	Tensors []SaveTensor `json:"tensors,omitempty"`
+	// Metadata is extra __metadata__ of a save (string to string).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// BatchItem is one range of a place_batch: bytes [Offset, Offset+Length) of
+// the file into Dst. CRC32C, when set, is the expected checksum of those
+// bytes; a mismatch fails the request with code "checksum".
+type BatchItem struct {
+	Offset int64   `json:"offset"`
+	Length int64   `json:"length"`
+	Dst    Dest    `json:"dst"`
+	CRC32C *uint32 `json:"crc32c,omitempty"`
+}
+
+// ItemResult is the outcome of one BatchItem.
+type ItemResult struct {
+	Bytes  int64  `json:"bytes"`
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// SaveTensor is one tensor of a save: its safetensors dtype ("F32",
+// "BF16", ...), shape, and the device memory holding its bytes (Src.Size
+// must equal the element count times the dtype's size).
+type SaveTensor struct {
+	Name  string  `json:"name"`
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+	Src   Dest    `json:"src"`
 }
 
 // Dest is a placement destination.
@@ -81,6 +129,10 @@ type Reply struct {
 	Size int64 `json:"size,omitempty"`
 	// Info describes the daemon's device (info).
 	Info *Info `json:"info,omitempty"`
+	// Items are the per-item results of a place_batch, in request order.
+	Items []ItemResult `json:"items,omitempty"`
+	// Header is the validated header (safetensors_header).
+	Header *safetensors.Header `json:"header,omitempty"`
 	// Error is nil on success.
 	Error *WireError `json:"error,omitempty"`
 }
@@ -116,6 +168,10 @@ func (e *WireError) Unwrap() error {
 		return ErrDevice
 	case CodeBadRequest, CodeBadVersion:
 		return ErrInvalid
+	case CodeMalformed:
+		return safetensors.ErrMalformed
+	case CodeChecksum:
+		return ErrChecksum
 	}
 	return nil
 }

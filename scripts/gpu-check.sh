@@ -14,7 +14,7 @@
 #      device memory), BenchmarkCUDACopyBaseline (raw pinned H2D), and the
 #      sim BenchmarkPlace               -> bench.txt
 #   4. if python3 has torch with CUDA: gddserve -backend cuda and
-#      gdd/python/test_cuda_torch.py    -> python-cuda.txt
+#      python/tests/test_cuda_torch.py  -> python-cuda.txt
 # summary.txt lists PASS/FAIL/SKIP per step; the exit status is 1 if any failed.
 set -u
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -69,7 +69,7 @@ if [ -n "$py" ] && "$py" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_avail
 	"$bin/gddserve" -backend cuda -dir "$tmp/data" -socket "$tmp/gdd.sock" >"$OUT/gddserve.log" 2>&1 &
 	srv=$!
 	for _ in $(seq 50); do [ -S "$tmp/gdd.sock" ] && break; sleep 0.2; done
-	if OS2G_GDD_SOCKET="$tmp/gdd.sock" OS2G_GDD_DIR="$tmp/data" timeout 300 "$py" "$here/gdd/python/test_cuda_torch.py" -v \
+	if PYTHONPATH="$here/python" OS2G_GDD_SOCKET="$tmp/gdd.sock" OS2G_GDD_DIR="$tmp/data" timeout 300 "$py" "$here/python/tests/test_cuda_torch.py" -v \
 		>"$OUT/python-cuda.txt" 2>&1; then
 		note PASS "python-cuda ($(grep -o 'throughput.*' "$OUT/python-cuda.txt" || true))"
 	else

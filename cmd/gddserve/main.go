@@ -1,6 +1,6 @@
 // Command gddserve runs the GDD placement service on its own, without a
 // FUSE mount: files are object keys of a bucket (-bucket) or paths under a
-// local directory (-dir), and clients (gdd/python/os2g_gdd.py) ask for byte
+// local directory (-dir), and clients (the os2g.gdd Python module, python/os2g/gdd.py) ask for byte
 // ranges of them to be placed into their GPU buffers.
 //
 //	gddserve -socket /run/os2g/gdd.sock -bucket data -endpoint http://127.0.0.1:7070
@@ -64,8 +64,15 @@ func run() error {
 		return errors.New("give exactly one of -dir and -bucket")
 	}
 	var resolve func(ctx context.Context, path string) (gdd.Source, error)
+	var create func(ctx context.Context, path string) (objclient.Writer, error)
 	if *dir != "" {
 		resolve = dirResolver(*dir)
+		root, err := os.OpenRoot(*dir)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		create = gdd.DirCreator(root)
 	} else {
 		store, err := objclient.New(ctx, objclient.Options{
 			Bucket: *bucket, Endpoint: *endpoint, Region: *region, ForcePathStyle: *pathStyle,
@@ -75,6 +82,9 @@ func run() error {
 			return err
 		}
 		resolve = keyResolver(store, *prefix)
+		create = func(ctx context.Context, path string) (objclient.Writer, error) {
+			return store.Put(ctx, *prefix+strings.TrimPrefix(path, "/"), objclient.PutOptions{})
+		}
 	}
 
 	var dev gdd.Device
@@ -105,7 +115,7 @@ func run() error {
 		return err
 	}
 	log.Info("gddserve: listening", "socket", *socket, "backend", dev.Kind(), "device", dev.Ordinal())
-	return gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: p, Resolve: resolve, Logger: log})
+	return gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: p, Resolve: resolve, Create: create, Logger: log})
 }
 
 // dirResolver serves regular files under root; paths may not leave it.

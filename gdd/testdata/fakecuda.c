@@ -36,6 +36,7 @@ static struct { CUdeviceptr p; size_t n; } allocs[MAXALLOC];
 
 /* Counters a test may read with dlsym. */
 long fake_h2d_calls, fake_h2d_bytes, fake_ipc_opens;
+long fake_d2h_calls, fake_d2h_bytes;
 
 static int need_ctx(void) {
     if (!inited) return NOT_INITIALIZED;
@@ -107,6 +108,16 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstre
     memcpy((void *)(uintptr_t)dst, src, n);
     fake_h2d_calls++;
     fake_h2d_bytes += n;
+    return OK;
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+    int r = need_ctx(); if (r) return r;
+    if (!s || *(int *)s != 0x5354) return INVALID_HANDLE;
+    if (!in_range(src, n)) return INVALID_VALUE;
+    memcpy(dst, (void *)(uintptr_t)src, n);
+    fake_d2h_calls++;
+    fake_d2h_bytes += n;
     return OK;
 }
 

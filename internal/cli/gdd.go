@@ -10,6 +10,7 @@ import (
 
 	"github.com/os2g/os2g/gdd"
 	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/prefetch"
 )
 
 // gddFlags are the flags of the GPU direct placement service.
@@ -42,34 +43,29 @@ func (g *gddFlags) validate() error {
 	return nil
 }
 
-// gddResolver maps a placement request's path to an object of store: an
-// absolute path must lie under the mount point mp; a relative one is taken
-// relative to the mount's root (that is, a key under prefix).
-func gddResolver(store objclient.Store, mp, prefix string) func(ctx context.Context, path string) (gdd.Source, error) {
-	return func(ctx context.Context, p string) (gdd.Source, error) {
-		rel := p
-		if filepath.IsAbs(p) {
-			r, err := filepath.Rel(mp, filepath.Clean(p))
-			if err != nil || r == "." || r == ".." || strings.HasPrefix(r, "../") {
-				return nil, fmt.Errorf("%s is not a file under the mount %s: %w", p, mp, gdd.ErrNotFound)
-			}
-			rel = r
+// gddKey maps a request path (absolute under mp, or relative to the
+// mount's root) to its object key. gdd.ErrNotFound for a path outside.
+func gddKey(p, mp, prefix string) (string, error) {
+	rel := p
+	if filepath.IsAbs(p) {
+		r, err := filepath.Rel(mp, filepath.Clean(p))
+		if err != nil || r == "." || r == ".." || strings.HasPrefix(r, "../") {
+			return "", fmt.Errorf("%s is not a file under the mount %s: %w", p, mp, gdd.ErrNotFound)
 		}
-		rel = filepath.ToSlash(filepath.Clean(rel))
-		if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || strings.HasPrefix(rel, "/") {
-			return nil, fmt.Errorf("%q does not name a file under the mount: %w", p, gdd.ErrNotFound)
-		}
-		info, err := store.Stat(ctx, prefix+rel)
-		if err != nil {
-			return nil, err
-		}
-		return gdd.KeySource(store, info.Key, info.ETag, info.Size), nil
+		rel = r
 	}
+	rel = filepath.ToSlash(filepath.Clean(rel))
+	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || strings.HasPrefix(rel, "/") {
+		return "", fmt.Errorf("%q does not name a file under the mount: %w", p, gdd.ErrNotFound)
+	}
+	return prefix + rel, nil
 }
 
 // startGDD opens the device and serves placements on g.socket until the
 // returned stop is called. With no socket it does nothing. stop is never nil.
-func startGDD(g *gddFlags, store objclient.Store, mp, prefix string, log *slog.Logger) (stop func(), err error) {
+// Placements read through pm when it is not nil (see gddResolver); saves
+// are refused when readOnly.
+func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool, log *slog.Logger) (stop func(), err error) {
 	if g.socket == "" {
 		return func() {}, nil
 	}
@@ -98,7 +94,8 @@ func startGDD(g *gddFlags, store objclient.Store, mp, prefix string, log *slog.L
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, mp, prefix), Logger: log}); err != nil {
+		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, pm, mp, prefix),
+			Create: gddCreator(store, pm, mp, prefix, readOnly), Logger: log}); err != nil {
 			log.Error("placement service stopped", "err", err)
 		}
 	}()

@@ -19,7 +19,7 @@ import (
 func TestGDDResolver(t *testing.T) {
 	store := objtest.NewMem()
 	store.PutObject("data/train/a.bin", []byte("hello"), "", nil)
-	resolve := gddResolver(store, "/mnt/s3", "data/")
+	resolve := gddResolver(store, nil, "/mnt/s3", "data/")
 	ctx := context.Background()
 	for _, p := range []string{"/mnt/s3/train/a.bin", "train/a.bin", "/mnt/s3/train/../train/a.bin", "./train/a.bin"} {
 		src, err := resolve(ctx, p)
@@ -55,7 +55,7 @@ func TestGDDService(t *testing.T) {
 	if err := g.validate(); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startGDD(g, store, "/mnt/s3", "p/", slog.New(slog.DiscardHandler))
+	stop, err := startGDD(g, store, nil, "/mnt/s3", "p/", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

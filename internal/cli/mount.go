@@ -342,7 +342,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if st, err := os.Stat(mp); err != nil || !st.IsDir() {
 		return abort(fmt.Errorf("mount at %s did not come up: %v", mp, err))
 	}
-	stopGDD, err := startGDD(&m.gdd, store, mp, u.Prefix, log)
+	stopGDD, err := startGDD(&m.gdd, store, pm, mp, u.Prefix, m.readOnly, log)
 	if errors.Is(err, gdd.ErrNoDevice) {
 		// No GPU driver: the mount serves on without placement (issue 6).
 		log.Error("GPU direct placement disabled: no usable CUDA device", "socket", m.gdd.socket, "err", err)

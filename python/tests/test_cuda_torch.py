@@ -1,17 +1,15 @@
-"""GPU tests of os2g_gdd: PyTorch CUDA tensors filled by a CUDA daemon.
+"""GPU tests of os2g.gdd: PyTorch CUDA tensors filled by a CUDA daemon.
 
 Needs a GPU, torch with CUDA, and a daemon started as
 ``gddserve -backend cuda -dir $OS2G_GDD_DIR -socket $OS2G_GDD_SOCKET``
-(scripts/gpu-check.sh does this). Skips otherwise.
+(scripts/gpu-check.sh does this, with PYTHONPATH=python). Skips otherwise.
 """
 
 import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import os2g_gdd  # noqa: E402
+from os2g import gdd as os2g_gdd
 
 torch = os2g_gdd.torch
 SOCK = os.environ.get("OS2G_GDD_SOCKET")
@@ -63,12 +61,40 @@ class CudaTorchTest(unittest.TestCase):
 
     def test_record_dataset(self):
         rec = 4096
-        ds = os2g_gdd.RecordDataset("blob.bin", rec, torch.uint8, (rec,), socket=SOCK, in_flight=4)
+        ds = os2g_gdd.RecordStream("blob.bin", rec, torch.uint8, (rec,), socket=SOCK, in_flight=4)
         count = 0
         for i, t in enumerate(ds):
             self.assertTrue(torch.equal(t, self.ref[i * rec:(i + 1) * rec]), "record %d" % i)
             count += 1
         self.assertEqual(count, self.N // rec)
+
+    def test_safetensors_round_trip(self):
+        from os2g import safetensors as st
+        g = torch.Generator(device="cuda")
+        g.manual_seed(1)
+        tensors = {
+            "w": torch.randn(1024, 1031, device="cuda", generator=g),
+            "b": torch.randn(1031, device="cuda", generator=g).half(),
+            "e": torch.randn(77, 64, device="cuda", generator=g).bfloat16(),
+            "step": torch.tensor(5, device="cuda"),
+            "t": torch.randn(64, 32, device="cuda", generator=g).t(),  # not contiguous
+        }
+        st.save_safetensors(tensors, "ckpt.safetensors", metadata={"epoch": "3"}, socket=SOCK)
+        back = st.load_safetensors("ckpt.safetensors", device="cuda:0", socket=SOCK)
+        self.assertEqual(sorted(back), sorted(tensors))
+        for k, t in tensors.items():
+            self.assertTrue(back[k].is_cuda, k)
+            self.assertTrue(torch.equal(back[k], t), k)
+        # A flipped byte in the stored file is caught.
+        path = os.path.join(DIR, "ckpt.safetensors")
+        with open(path, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 1]))
+        with self.assertRaises(os2g_gdd.GDDError) as cm:
+            st.load_safetensors("ckpt.safetensors", device="cuda:0", socket=SOCK)
+        self.assertEqual(cm.exception.code, "checksum")
 
     def test_throughput(self):
         size = 1 << 30

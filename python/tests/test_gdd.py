@@ -1,6 +1,8 @@
-"""Tests of os2g_gdd against a running simulated-device daemon.
+"""Tests of os2g.gdd (the installed package) against a running
+simulated-device daemon.
 
-Run by gdd's Go test TestPythonClient, which starts the daemon and sets:
+Run by gdd's Go test TestPythonClient, which installs the package into a
+fresh venv, starts the daemon and sets:
 OS2G_GDD_SOCKET (socket), OS2G_GDD_SHM_DIR (the daemon's shared-memory
 directory), OS2G_GDD_KEY (an object key), OS2G_GDD_EXPECT (a local file
 holding that object's bytes), OS2G_GDD_RECORD (record size in bytes of the
@@ -8,12 +10,11 @@ object, for RecordDataset).
 """
 
 import os
-import sys
+import tempfile
 import threading
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import os2g_gdd  # noqa: E402
+from os2g import gdd as os2g_gdd
 
 SOCK = os.environ.get("OS2G_GDD_SOCKET")
 SHM = os.environ.get("OS2G_GDD_SHM_DIR")
@@ -119,20 +120,58 @@ class SimDaemonTest(unittest.TestCase):
             self.assertEqual(errors, [])
 
     @unittest.skipUnless(os2g_gdd.torch is not None, "needs torch")
-    def test_record_dataset(self):
+    def test_record_dataset_map_style_shuffled(self):
         torch = os2g_gdd.torch
         n_rec = len(self.data) // RECORD
         ds = os2g_gdd.RecordDataset(KEY, RECORD, torch.uint8, (RECORD,), device="sim",
-                                    socket=SOCK, in_flight=3, shm_dir=SHM)
+                                    socket=SOCK, shm_dir=SHM)
+        self.assertEqual(len(ds), n_rec)
+        self.assertEqual(bytes(ds[3].numpy()), self.data[3 * RECORD:4 * RECORD])
+        self.assertEqual(bytes(ds[-1].numpy()), self.data[(n_rec - 1) * RECORD:n_rec * RECORD])
+        with self.assertRaises(IndexError):
+            ds[n_rec]
+        want = [self.data[i * RECORD:(i + 1) * RECORD] for i in range(n_rec)]
+        # Shuffled by the DataLoader's sampler, with two workers: every
+        # record exactly once, not in file order (40 records: the chance of
+        # the identity permutation is 1/40!).
+        g = torch.Generator()
+        g.manual_seed(7)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, shuffle=True, num_workers=2, generator=g)
+        got = [bytes(r.numpy()) for r in dl]
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertNotEqual(got, want)
+        ds.close()
+
+    @unittest.skipUnless(os2g_gdd.torch is not None, "needs torch")
+    def test_record_stream(self):
+        torch = os2g_gdd.torch
+        n_rec = len(self.data) // RECORD
+        ds = os2g_gdd.RecordStream(KEY, RECORD, torch.uint8, (RECORD,), device="sim",
+                                   socket=SOCK, in_flight=3, shm_dir=SHM)
         recs = list(ds)
         self.assertEqual(len(recs), n_rec)
         for i, r in enumerate(recs):
             self.assertEqual(bytes(r.numpy()), self.data[i * RECORD:(i + 1) * RECORD], "record %d" % i)
-        # Through a DataLoader with two workers: every record exactly once.
         dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
         got = sorted(bytes(r.numpy()) for r in dl)
         want = sorted(self.data[i * RECORD:(i + 1) * RECORD] for i in range(n_rec))
         self.assertEqual(got, want)
+
+    @unittest.skipUnless(os2g_gdd.torch is not None, "needs torch")
+    def test_cpu_tensor_is_a_clear_error(self):
+        t = os2g_gdd.torch.empty(16, dtype=os2g_gdd.torch.uint8)
+        with self.assertRaises(ValueError) as cm:
+            os2g_gdd.load_into(t, KEY, socket=SOCK)
+        self.assertIn("CUDA tensor", str(cm.exception))
+        self.assertIn("cpu", str(cm.exception))
+
+    def test_daemon_errors_name_the_socket(self):
+        with os2g_gdd.Client(SOCK) as c:
+            with self.assertRaises(os2g_gdd.GDDError) as cm:
+                c.stat("no/such/key")
+        self.assertEqual(cm.exception.code, "not_found")
+        self.assertEqual(cm.exception.socket, SOCK)
+        self.assertIn(SOCK, str(cm.exception))
 
     @unittest.skipUnless(os2g_gdd.torch is not None, "needs torch")
     def test_handle_normalisation(self):
@@ -141,6 +180,26 @@ class SimDaemonTest(unittest.TestCase):
         self.assertEqual(os2g_gdd._normalize_handle(b"\x02c" + raw), raw)
         with self.assertRaises(os2g_gdd.GDDError):
             os2g_gdd._normalize_handle(b"\x02e" + b"\0" * 80)
+
+
+class NoDaemonTest(unittest.TestCase):
+    def test_missing_socket_names_the_path(self):
+        path = os.path.join(tempfile.mkdtemp(), "absent.sock")
+        with self.assertRaises(os2g_gdd.GDDConnectionError) as cm:
+            os2g_gdd.Client(path)
+        self.assertIn(path, str(cm.exception))
+        self.assertIn("--gdd-socket", str(cm.exception))
+
+    def test_default_socket(self):
+        old = os.environ.pop("OS2G_GDD_SOCKET", None)
+        try:
+            self.assertEqual(os2g_gdd.default_socket(), "/run/os2g/gdd.sock")
+            os.environ["OS2G_GDD_SOCKET"] = "/tmp/x.sock"
+            self.assertEqual(os2g_gdd.default_socket(), "/tmp/x.sock")
+        finally:
+            os.environ.pop("OS2G_GDD_SOCKET", None)
+            if old is not None:
+                os.environ["OS2G_GDD_SOCKET"] = old
 
 
 FAKE_CUDA_DIR = os.environ.get("OS2G_GDD_FAKE_CUDA_DIR")
