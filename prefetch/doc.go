@@ -89,6 +89,17 @@
 // and a new epoch begins when every file was read (of a complete list) or a
 // file is read again.
 //
+// A pre-read file that nobody opens in its epoch is waste. Each directory
+// has a usefulness controller (useful.go) that counts pre-read files
+// opened and not opened and learns, from each finished epoch, the share of
+// the directory this node reads (a rank of DistributedSampler reads 1/N):
+// when that share is below [FullShare], or with [Options.Sharded], a file
+// is pre-read only while the expected wasted bytes stay under
+// [WasteTarget] of the bytes read. The first epoch of a rank looks exactly
+// like a single node reading everything, so without Sharded it is
+// pre-read in full (and fetches about N times what it reads); the
+// controller acts from the second epoch on.
+//
 // # Locking
 //
 // Lock order: Reader.mu before Manager.mu before MmapAllocator.mu.

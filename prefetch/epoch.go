@@ -24,6 +24,7 @@ type dirState struct {
 	// partial: files is what a listing still under way has given so far
 	// (AddDirFiles); reading all of them does not end the epoch.
 	partial bool
+	u       usefulness // what this directory's pre-reads are worth (useful.go)
 }
 
 // dirOf is the directory prefix of key, including the trailing "/" ("" at
@@ -43,8 +44,7 @@ func (m *Manager) NoteDir(dir string, files []File) {
 		for i, f := range d.files {
 			d.index[f.Key] = i
 		}
-		d.order = rand.Perm(len(d.files))
-		d.pos = 0
+		d.shuffle()
 		d.partial = false
 	})
 }
@@ -89,18 +89,31 @@ func (m *Manager) updateDir(dir string, fn func(d *dirState)) {
 	}
 	d := m.dirs[dir]
 	if d == nil {
-		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{}}
+		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{},
+			u: newUsefulness(m.o.Sharded)}
 		m.dirs[dir] = d
 	}
 	fn(d)
 }
 
 func (d *dirState) newEpoch() {
+	d.u.endEpoch(len(d.files), d.read)
 	d.read = map[string]bool{}
 	d.issued = map[string]bool{}
-	d.order = rand.Perm(len(d.files))
-	d.pos = 0
+	d.shuffle()
 	d.epochs++
+}
+
+// shuffle makes a new pre-read order and starts it from the beginning.
+func (d *dirState) shuffle() {
+	d.order = rand.Perm(len(d.files))
+	if !d.u.all() {
+		// Predicted files first: the controller refuses the rest sooner.
+		slices.SortStableFunc(d.order, func(a, b int) int {
+			return d.u.rank(d.files[a].Key) - d.u.rank(d.files[b].Key)
+		})
+	}
+	d.pos = 0
 }
 
 func (m *Manager) activeLocked(d *dirState, now time.Time) bool {
@@ -153,6 +166,7 @@ func (m *Manager) noteWholeRead(f File) {
 		d.newEpoch() // read again: a new epoch began
 	}
 	d.read[f.Key] = true
+	d.u.onRead(f.Key, f.Size)
 	d.streak++
 	if len(d.read) >= len(d.files) && !d.partial {
 		d.newEpoch()
@@ -170,16 +184,31 @@ func (m *Manager) maybeStartLocked(d *dirState, now time.Time) {
 	go m.preRead(d)
 }
 
-// nextCandidateLocked returns the next file of d to pre-read this epoch.
+// nextCandidateLocked returns the next file of d to pre-read this epoch;
+// false when there is none, or when the usefulness controller refuses the
+// next one for now (the pre-reader then stops, and the next read of a
+// file of d starts it again).
 func (m *Manager) nextCandidateLocked(d *dirState) (File, bool) {
 	for ; d.pos < len(d.order); d.pos++ {
 		f := d.files[d.order[d.pos]]
 		if d.read[f.Key] || d.issued[f.Key] || f.Size <= 0 || f.Size > m.o.EpochFileSize {
 			continue
 		}
+		if !d.u.allow(f, len(d.files)) {
+			m.st.epochRefused.Add(1)
+			return File{}, false
+		}
 		return f, true
 	}
 	return File{}, false
+}
+
+// lostPreReadLocked tells the controller of key's directory that the
+// pre-read of key was dropped before anyone read it.
+func (m *Manager) lostPreReadLocked(key string) {
+	if d := m.dirs[dirOf(key)]; d != nil {
+		d.u.onLost(key)
+	}
 }
 
 // preRead fetches d's unread files while the epoch pattern lasts.
@@ -252,6 +281,7 @@ func (m *Manager) startPreReadLocked(d *dirState, f File) bool {
 	m.epochHeld += f.Size
 	m.epochInFlight++
 	m.st.epochFiles.Add(1)
+	d.u.onIssue(f)
 	if len(d.held) >= 2*len(d.files)+64 {
 		d.held = slices.DeleteFunc(d.held, func(x *extent) bool { return !x.held })
 	}

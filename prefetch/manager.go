@@ -332,6 +332,9 @@ func (m *Manager) dropLocked(e *extent) {
 		return
 	}
 	m.unlistLocked(e)
+	if e.held && e.origin == originEpoch {
+		m.lostPreReadLocked(e.fs.fk.key)
+	}
 	m.unholdLocked(e)
 	e.fs.delete(e, m.o.PartSize)
 	m.forgetFileLocked(e.fs)

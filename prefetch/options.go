@@ -111,6 +111,12 @@ type Options struct {
 	// EpochFileSize: only files of at most this many bytes are pre-read
 	// (default PartSize, at most PartSize).
 	EpochFileSize int64
+	// Sharded says this node reads only a share of each directory (a rank
+	// of DistributedSampler; "os2g mount --sharded"): pre-reading then
+	// never assumes that every file will be read, not even in the first
+	// epoch, and follows the usefulness controller (useful.go) from the
+	// start.
+	Sharded bool
 
 	// Logger receives debug and warning lines (nil: discard).
 	Logger *slog.Logger
