@@ -437,6 +437,8 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	row("memory budget", "%s in use of %s (%s); demand waits %s, read-ahead skipped %s", size(pf+"budget_in_use_bytes"),
 		size(pf+"budget_max_bytes"), pct(inUse, maxB), num(pf+"budget_waits_total"), num(pf+"readahead_skipped_total"))
 	row("epoch pre-read", "%s files, %s opens found them ready", num(pf+"epoch_files_total"), num(pf+"epoch_hit_opens_total"))
+	row("pre-read use", "%s files opened, %s not opened in their epoch (%s wasted), %s held back", num(pf+"epoch_opened_files_total"),
+		num(pf+"epoch_unopened_files_total"), size(pf+"epoch_wasted_bytes_total"), num(pf+"epoch_refused_total"))
 	if _, ok := ms.get("os2g_diskcache_bytes"); ok {
 		dh, _ := ms.get("os2g_diskcache_hits_total")
 		dm, _ := ms.get("os2g_diskcache_misses_total")
