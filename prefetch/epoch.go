@@ -25,6 +25,7 @@ type dirState struct {
 	// (AddDirFiles); reading all of them does not end the epoch.
 	partial bool
 	u       usefulness // what this directory's pre-reads are worth (useful.go)
+	hinted  bool       // hints lead pre-reading here (Manager.hintCoversLocked)
 }
 
 // dirOf is the directory prefix of key, including the trailing "/" ("" at
@@ -143,6 +144,7 @@ func (m *Manager) dirOfFileLocked(f File) *dirState {
 
 // noteOpenLocked records an Open.
 func (m *Manager) noteOpenLocked(f File) {
+	m.hintOpenLocked(f.Key)
 	d := m.dirOfFileLocked(f)
 	if d == nil {
 		return
@@ -175,7 +177,7 @@ func (m *Manager) noteWholeRead(f File) {
 }
 
 func (m *Manager) maybeStartLocked(d *dirState, now time.Time) {
-	if d.running || m.closed || d.pos >= len(d.order) || !m.activeLocked(d, now) {
+	if d.running || m.closed || d.pos >= len(d.order) || !m.activeLocked(d, now) || m.hintCoversLocked(d) {
 		return
 	}
 	d.running = true
@@ -220,8 +222,9 @@ func (m *Manager) preRead(d *dirState) {
 	defer m.mu.Unlock()
 	for {
 		now := time.Now()
-		if m.closed || !m.activeLocked(d, now) {
-			// The pattern stopped: let the cache evict what nobody read.
+		if m.closed || !m.activeLocked(d, now) || m.hintCoversLocked(d) {
+			// The pattern stopped (or a hint took over): let the cache
+			// evict what nobody read.
 			for _, e := range d.held {
 				m.demoteLocked(e)
 			}
@@ -258,35 +261,20 @@ func (m *Manager) preRead(d *dirState) {
 // startPreReadLocked starts fetching f whole, or marks it issued when it is
 // cached already; false means the budget has no room now.
 func (m *Manager) startPreReadLocked(d *dirState, f File) bool {
-	fk := fileKey{f.Key, f.ETag}
-	fs := m.fileLocked(fk)
-	defer m.forgetFileLocked(fs)
-	if e, _, _ := fs.find(0, m.o.PartSize); e != nil {
-		d.issued[f.Key] = true // cached or being read already
-		d.pos++
-		return true
-	}
-	_, _, gapEnd := fs.find(0, m.o.PartSize)
-	if gapEnd < f.Size {
-		d.issued[f.Key] = true // partly cached: leave it to its reader
-		d.pos++
-		return true
-	}
-	if !m.tryReserveLocked(f.Size, true) {
-		m.st.epochSkipped.Add(1)
+	e, _, ok := m.preReadLocked(f)
+	if !ok {
 		return false
 	}
-	e := m.newExtentLocked(fk, span{0, f.Size}, originEpoch, nil, false)
-	e.held = true
-	m.epochHeld += f.Size
-	m.epochInFlight++
+	d.issued[f.Key] = true // pre-read now, or cached or being read already
+	d.pos++
+	if e == nil {
+		return true
+	}
 	m.st.epochFiles.Add(1)
 	d.u.onIssue(f)
 	if len(d.held) >= 2*len(d.files)+64 {
 		d.held = slices.DeleteFunc(d.held, func(x *extent) bool { return !x.held })
 	}
 	d.held = append(d.held, e)
-	d.issued[f.Key] = true
-	d.pos++
 	return true
 }

@@ -25,6 +25,9 @@ type counters struct {
 	epochSkipped  atomic.Int64
 	epochHitOpens atomic.Int64
 	epochRefused  atomic.Int64
+	hints         atomic.Int64
+	hintsStale    atomic.Int64
+	hintFiles     atomic.Int64
 	diskPuts      atomic.Int64
 	diskErrors    atomic.Int64
 	diskSkipped   atomic.Int64
@@ -66,6 +69,11 @@ type Stats struct {
 	// useful.go). The current epoch's files count as unopened only once
 	// it ends.
 	EpochOpened, EpochUnopened, EpochWasted, EpochRefused int64
+	// Hints: exact-order hints accepted (Manager.Hint); HintsStale: hints
+	// dropped because the reader moved on; HintFiles: files pre-read for
+	// hints (also counted in EpochOpened/EpochUnopened/EpochWasted, as
+	// they are opened or their hint ends).
+	Hints, HintsStale, HintFiles int64
 	// DiskPuts: files copied to Options.DiskCache; DiskPutErrors: copies
 	// that failed (a Put error, or bytes evicted during the copy);
 	// DiskSkipped: files read whole but not copied because bytes were no
@@ -94,6 +102,9 @@ func (m *Manager) Stats() Stats {
 		EpochSkipped:   c.epochSkipped.Load(),
 		EpochHitOpens:  c.epochHitOpens.Load(),
 		EpochRefused:   c.epochRefused.Load(),
+		Hints:          c.hints.Load(),
+		HintsStale:     c.hintsStale.Load(),
+		HintFiles:      c.hintFiles.Load(),
 		DiskPuts:       c.diskPuts.Load(),
 		DiskPutErrors:  c.diskErrors.Load(),
 		DiskSkipped:    c.diskSkipped.Load(),
@@ -122,7 +133,7 @@ func (m *Manager) usefulnessLocked() (opened, unopened, wasted int64) {
 		unopened += d.u.totUnopened
 		wasted += d.u.totWasted
 	}
-	return opened, unopened, wasted
+	return opened + m.hintOpened, unopened + m.hintUnopened, wasted + m.hintWasted
 }
 
 // registerMetrics registers the Manager's metrics with reg (nil: none).
@@ -155,6 +166,9 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) error {
 		counter("readahead_skipped_total", "Read-ahead pieces not started for lack of memory.", c.aheadSkipped.Load),
 		counter("epoch_files_total", "Files pre-read by epoch pre-reading.", c.epochFiles.Load),
 		counter("epoch_hit_opens_total", "Handles whose first read found pre-read bytes.", c.epochHitOpens.Load),
+		counter("hints_total", "Exact-order hints accepted.", c.hints.Load),
+		counter("hints_stale_total", "Exact-order hints dropped because the reader moved on.", c.hintsStale.Load),
+		counter("hint_files_total", "Files pre-read for exact-order hints.", c.hintFiles.Load),
 		counter("epoch_refused_total", "Pre-read candidates the usefulness controller held back.", c.epochRefused.Load),
 		counter("epoch_opened_files_total", "Pre-read files read in their epoch.", func() int64 {
 			m.mu.Lock()
