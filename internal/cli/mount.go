@@ -25,6 +25,7 @@ import (
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
 	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/hint"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -356,7 +357,9 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	}
 	defer stopGDD()
 	// The control socket os2g stats reads; removed when the mount ends.
-	defer startControl(reg, mp, log)()
+	defer startControl(reg, mp, log, controlRoute{"/hint", hint.Handler(pm, mp, u.Prefix, func(format string, a ...any) {
+		log.Info(fmt.Sprintf(format, a...))
+	})})()
 
 	mode := "read-write"
 	if m.readOnly {
