@@ -11,8 +11,11 @@
 //	POST /hint
 //	Content-Type: application/json
 //
-//	{"files": ["cls_a/img_0001.png", "/mnt/data/cls_b/img_0042.png", ...], "epoch": 3}
+//	{"files": ["cls_a/img_0001.png", "/mnt/data/cls_b/img_0042.png", ...], "epoch": 3, "stream": "rank0"}
 //
+// "stream" names the reader (optional): several ranks of one node that
+// share a mount each send their own order under their own stream, and each
+// hint replaces only its stream's previous one.
 // Each path is relative to the mount point or absolute under it (not
 // resolving symbolic links: the mount has none). The reply is JSON: 200
 // with {"files": N, "unknown": U, "duplicates": D} (files that will be
@@ -56,6 +59,8 @@ type Request struct {
 	Files []string `json:"files"`
 	// Epoch is the epoch the order is for (informational: logged).
 	Epoch *int `json:"epoch,omitempty"`
+	// Stream names the reader ("" by default; at most 256 bytes).
+	Stream string `json:"stream,omitempty"`
 }
 
 // Reply is the body of a 200 reply.
@@ -79,6 +84,9 @@ func Decode(r io.Reader, maxBytes int64) (Request, error) {
 	}
 	if req.Files == nil {
 		return req, fmt.Errorf(`%w: no "files" list`, ErrBadRequest)
+	}
+	if len(req.Stream) > 256 {
+		return req, fmt.Errorf("%w: stream name over 256 bytes", ErrBadRequest)
 	}
 	return req, nil
 }
@@ -136,7 +144,7 @@ func relative(p, mp string) (string, error) {
 
 // Hinter receives hints; *prefetch.Manager is one.
 type Hinter interface {
-	Hint(keys []string) (prefetch.HintStatus, error)
+	Hint(stream string, keys []string) (prefetch.HintStatus, error)
 }
 
 var _ Hinter = (*prefetch.Manager)(nil)
@@ -161,13 +169,13 @@ func Handler(h Hinter, mountpoint, prefix string, logf func(format string, a ...
 			reply(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		st, err := h.Hint(keys)
+		st, err := h.Hint(req.Stream, keys)
 		if logf != nil {
 			epoch := "-"
 			if req.Epoch != nil {
 				epoch = fmt.Sprint(*req.Epoch)
 			}
-			logf("hint: epoch %s, %d paths: %d files, %d unknown, %d duplicates, err %v", epoch, len(keys), st.Files, st.Unknown, st.Duplicates, err)
+			logf("hint: stream %q, epoch %s, %d paths: %d files, %d unknown, %d duplicates, err %v", req.Stream, epoch, len(keys), st.Files, st.Unknown, st.Duplicates, err)
 		}
 		switch {
 		case errors.Is(err, prefetch.ErrNoHint):

@@ -56,7 +56,7 @@ func TestDecode(t *testing.T) {
 	if err != nil || !slices.Equal(req.Files, []string{"a", "b"}) || req.Epoch == nil || *req.Epoch != 3 {
 		t.Errorf("Decode = %+v, %v", req, err)
 	}
-	for _, bad := range []string{``, `{`, `[]`, `{"epoch": 1}`, `{"files": "a"}`, `{"files": [], "x": 1}`, `{"files": ["` + strings.Repeat("a", 2000) + `"]}`} {
+	for _, bad := range []string{``, `{`, `[]`, `{"epoch": 1}`, `{"files": "a"}`, `{"files": [], "x": 1}`, `{"files": [], "stream": "` + strings.Repeat("s", 300) + `"}`, `{"files": ["` + strings.Repeat("a", 2000) + `"]}`} {
 		if _, err := Decode(strings.NewReader(bad), 1<<10); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("Decode(%.40q) err = %v, want ErrBadRequest", bad, err)
 		}
@@ -65,12 +65,14 @@ func TestDecode(t *testing.T) {
 
 // fakeHinter records hints and answers as told.
 type fakeHinter struct {
-	got [][]string
-	st  prefetch.HintStatus
-	err error
+	streams []string
+	got     [][]string
+	st      prefetch.HintStatus
+	err     error
 }
 
-func (f *fakeHinter) Hint(keys []string) (prefetch.HintStatus, error) {
+func (f *fakeHinter) Hint(stream string, keys []string) (prefetch.HintStatus, error) {
+	f.streams = append(f.streams, stream)
 	f.got = append(f.got, keys)
 	return f.st, f.err
 }
@@ -88,12 +90,12 @@ func TestHandler(t *testing.T) {
 		}
 		return rec.Code, m
 	}
-	code, m := do("POST", `{"files": ["a/1.png", "/mnt/data/b/2.png", "c/3.png"], "epoch": 1}`)
+	code, m := do("POST", `{"files": ["a/1.png", "/mnt/data/b/2.png", "c/3.png"], "epoch": 1, "stream": "rank1"}`)
 	if code != 200 || m["files"] != 2.0 || m["unknown"] != 1.0 {
 		t.Errorf("reply %d %v, want 200 files 2 unknown 1", code, m)
 	}
-	if len(f.got) != 1 || !slices.Equal(f.got[0], []string{"train/a/1.png", "train/b/2.png", "train/c/3.png"}) {
-		t.Errorf("hinted %q", f.got)
+	if len(f.got) != 1 || !slices.Equal(f.got[0], []string{"train/a/1.png", "train/b/2.png", "train/c/3.png"}) || f.streams[0] != "rank1" {
+		t.Errorf("hinted %q (streams %q)", f.got, f.streams)
 	}
 	if len(logged) != 1 {
 		t.Errorf("%d log lines, want 1", len(logged))

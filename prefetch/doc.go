@@ -100,6 +100,13 @@
 // pre-read in full (and fetches about N times what it reads); the
 // controller acts from the second epoch on.
 //
+// A training script that knows its sampler's order can say it:
+// [Manager.Hint] takes the keys a reader (a stream, e.g. one rank) will
+// open next, in order, and pre-reads exactly those, at most
+// [Options.HintWindow] files ahead of its opens, and nothing speculative
+// in the directories the hint covers. A hint is dropped when done, or as
+// stale when the reader opens other files or its files again.
+//
 // # Locking
 //
 // Lock order: Reader.mu before Manager.mu before MmapAllocator.mu.

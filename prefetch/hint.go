@@ -36,6 +36,7 @@ type HintStatus struct {
 
 // hintState is the exact order a reader announced. Guarded by Manager.mu.
 type hintState struct {
+	stream  string
 	files   []File
 	at      map[string]int  // key -> index in files
 	dirs    map[string]bool // directories with hinted files: no speculative pre-reading there
@@ -53,8 +54,10 @@ type hintState struct {
 
 // Hint tells the Manager the files (keys) a reader will read next, in
 // the order it will open them: the exact-order hint of a training script
-// that knows its sampler's order (issue 15). It replaces any earlier hint;
-// an empty list just drops it. The Manager then pre-reads exactly those
+// that knows its sampler's order (issue 15). stream names the reader
+// (e.g. "rank3": several ranks of one node share a mount, each with its
+// own hint); the hint replaces that stream's earlier one, and an empty
+// list just drops it. The Manager then pre-reads exactly those
 // files, whole, in that order, at most Options.HintWindow files (and
 // Options.EpochMemory bytes) ahead of the reader, and no speculative
 // epoch pre-reading in the directories the hint covers, then or after it
@@ -63,24 +66,26 @@ type hintState struct {
 // opened yet, or HintWindow/2 behind the highest one opened, so a file
 // never opened does not stall it). The hint is dropped, and what it pre-read
 // and nobody read is left to the cache's eviction, when every hinted file
-// was opened, when 64 opens in a row are of files outside it, or when 8
-// hinted files are opened a second time (the reader moved on to another
-// epoch): a stale hint is never obeyed into waste.
+// was opened, when 64 opens in a row are of files outside every hint, or
+// when 8 of its files are opened a second time (the reader moved on to
+// another epoch): a stale hint is never obeyed into waste.
 //
 // Keys must be listed already (Manager.NoteDir); others are skipped and
 // counted. Errors: ErrNoHint when keys is not empty but none is known,
 // ErrClosed after Close.
-func (m *Manager) Hint(keys []string) (HintStatus, error) {
+func (m *Manager) Hint(stream string, keys []string) (HintStatus, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return HintStatus{}, ErrClosed
 	}
-	m.dropHintLocked(false)
+	if old := m.hints[stream]; old != nil {
+		m.dropHintLocked(old, false)
+	}
 	if len(keys) == 0 {
 		return HintStatus{}, nil
 	}
-	h := &hintState{at: make(map[string]int, len(keys)), dirs: map[string]bool{}, maxOpen: -1, kick: make(chan struct{}, 1)}
+	h := &hintState{stream: stream, at: make(map[string]int, len(keys)), dirs: map[string]bool{}, maxOpen: -1, kick: make(chan struct{}, 1)}
 	var st HintStatus
 	for _, k := range keys {
 		d := m.dirs[dirOf(k)]
@@ -109,7 +114,10 @@ func (m *Manager) Hint(keys []string) (HintStatus, error) {
 	}
 	h.opened = make([]bool, len(h.files))
 	h.issued = make([]bool, len(h.files))
-	m.hint = h
+	if m.hints == nil {
+		m.hints = map[string]*hintState{}
+	}
+	m.hints[stream] = h
 	m.st.hints.Add(1)
 	h.running = true
 	m.wg.Add(1)
@@ -117,21 +125,24 @@ func (m *Manager) Hint(keys []string) (HintStatus, error) {
 	return st, nil
 }
 
-// dropHintLocked forgets the current hint; stale says it was dropped
-// because the reader moved on.
-func (m *Manager) dropHintLocked(stale bool) {
-	h := m.hint
-	if h == nil {
+// dropHintLocked forgets hint h; stale says it was dropped because the
+// reader moved on.
+func (m *Manager) dropHintLocked(h *hintState, stale bool) {
+	if m.hints[h.stream] != h {
 		return
 	}
-	m.hint = nil
+	delete(m.hints, h.stream)
 	if stale {
 		m.st.hintsStale.Add(1)
-	}
-	if stale {
 		// The reader no longer follows hints here: speculative
-		// pre-reading may resume.
+		// pre-reading may resume where no other hint leads.
+	next:
 		for dir := range h.dirs {
+			for _, o := range m.hints {
+				if o.dirs[dir] {
+					continue next
+				}
+			}
 			if d := m.dirs[dir]; d != nil {
 				d.hinted = false
 			}
@@ -148,7 +159,7 @@ func (m *Manager) dropHintLocked(stale bool) {
 	}
 	h.held = nil
 	select {
-	case h.kick <- struct{}{}: // the pre-reader sees m.hint != h and ends
+	case h.kick <- struct{}{}: // the pre-reader sees h dropped and ends
 	default:
 	}
 }
@@ -161,23 +172,31 @@ func (m *Manager) hintCoversLocked(d *dirState) bool {
 	return d.hinted
 }
 
-// hintOpenLocked records an open of key against the hint.
+// hintOpenLocked records an open of key against the hints: the hint that
+// holds key moves on; an open that no hint holds is a stray for all.
 func (m *Manager) hintOpenLocked(key string) {
-	h := m.hint
-	if h == nil {
+	if len(m.hints) == 0 {
 		return
 	}
-	i, ok := h.at[key]
-	if !ok {
-		if h.strays++; h.strays >= hintStrayLimit {
-			m.dropHintLocked(true)
+	for _, h := range m.hints {
+		if i, ok := h.at[key]; ok {
+			m.hintOpenOfLocked(h, i)
+			return
 		}
-		return
 	}
+	for _, h := range m.hints {
+		if h.strays++; h.strays >= hintStrayLimit {
+			m.dropHintLocked(h, true)
+		}
+	}
+}
+
+// hintOpenOfLocked records an open of h.files[i].
+func (m *Manager) hintOpenOfLocked(h *hintState, i int) {
 	h.strays = 0
 	if h.opened[i] {
 		if h.repeats++; h.repeats >= hintRepeatLimit {
-			m.dropHintLocked(true)
+			m.dropHintLocked(h, true)
 		}
 		return
 	}
@@ -190,7 +209,7 @@ func (m *Manager) hintOpenLocked(key string) {
 		h.cursor++
 	}
 	if h.cursor == len(h.files) {
-		m.dropHintLocked(false) // done
+		m.dropHintLocked(h, false) // done
 		return
 	}
 	select {
@@ -208,7 +227,7 @@ func (m *Manager) hintPreRead(h *hintState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for {
-		if m.closed || m.hint != h {
+		if m.closed || m.hints[h.stream] != h {
 			h.running = false
 			return
 		}

@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestHintExactOrder(t *testing.T) {
 		list = append(list, files[i])
 		keys = append(keys, files[i].Key)
 	}
-	st, err := m.Hint(keys)
+	st, err := m.Hint("", keys)
 	if err != nil || st.Files != len(keys) || st.Unknown != 0 {
 		t.Fatalf("Hint = %+v, %v; want %d files", st, err, len(keys))
 	}
@@ -69,7 +70,7 @@ func TestHintExactOrder(t *testing.T) {
 		t.Errorf("HintFiles = %d, Hints = %d; want > 0 and 1", s.HintFiles, s.Hints)
 	}
 	m.mu.Lock()
-	done := m.hint == nil
+	done := len(m.hints) == 0
 	m.mu.Unlock()
 	if !done {
 		t.Errorf("hint still held after every hinted file was opened")
@@ -90,17 +91,17 @@ func TestHintWindow(t *testing.T) {
 	for i := len(files) - 1; i >= 0; i-- {
 		keys = append(keys, files[i].Key)
 	}
-	if _, err := m.Hint(keys); err != nil {
+	if _, err := m.Hint("", keys); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, m, "10 pre-reads", func() bool { return m.hint.next == 10 && m.epochInFlight == 0 })
+	waitFor(t, m, "10 pre-reads", func() bool { return m.hints[""].next == 10 && m.epochInFlight == 0 })
 	if n := m.Stats().HintFiles; n != 10 {
 		t.Fatalf("HintFiles = %d with no open, want 10 (the window)", n)
 	}
 	for i := 0; i < 5; i++ {
 		m.Open(files[len(files)-1-i]).Close()
 	}
-	waitFor(t, m, "15 pre-reads", func() bool { return m.hint.next == 15 && m.epochInFlight == 0 })
+	waitFor(t, m, "15 pre-reads", func() bool { return m.hints[""].next == 15 && m.epochInFlight == 0 })
 	if n := m.Stats().HintFiles; n != 15 {
 		t.Errorf("HintFiles = %d after 5 opens, want 15", n)
 	}
@@ -111,7 +112,7 @@ func TestHintWindow(t *testing.T) {
 			m.Open(files[len(files)-1-i]).Close()
 		}
 	}
-	waitFor(t, m, "the window past 40", func() bool { return m.hint.next == 46 && m.epochInFlight == 0 })
+	waitFor(t, m, "the window past 40", func() bool { return m.hints[""].next == 46 && m.epochInFlight == 0 })
 }
 
 // TestHintStaleAndErrors: a hint is dropped when the reader opens files
@@ -131,17 +132,17 @@ func TestHintStaleAndErrors(t *testing.T) {
 		}
 		return k
 	}
-	if _, err := m.Hint([]string{"nope/x", "d/missing"}); !errors.Is(err, ErrNoHint) {
+	if _, err := m.Hint("", []string{"nope/x", "d/missing"}); !errors.Is(err, ErrNoHint) {
 		t.Errorf("Hint of unknown keys: err = %v, want ErrNoHint", err)
 	}
-	st, err := m.Hint(append(keys(files[:50]), "nope/x", files[0].Key))
+	st, err := m.Hint("", append(keys(files[:50]), "nope/x", files[0].Key))
 	if err != nil || st != (HintStatus{Files: 50, Unknown: 1, Duplicates: 1}) {
 		t.Errorf("Hint = %+v, %v; want 50 files, 1 unknown, 1 duplicate", st, err)
 	}
 	held := func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return m.hint != nil
+		return len(m.hints) > 0
 	}
 	for i := 0; i < hintStrayLimit-1; i++ {
 		m.Open(other[i]).Close()
@@ -162,7 +163,7 @@ func TestHintStaleAndErrors(t *testing.T) {
 	}
 
 	// A new epoch: hinted files opened a second time.
-	if _, err := m.Hint(keys(files[100:200])); err != nil {
+	if _, err := m.Hint("", keys(files[100:200])); err != nil {
 		t.Fatal(err)
 	}
 	for i := 100; i < 110; i++ {
@@ -175,15 +176,54 @@ func TestHintStaleAndErrors(t *testing.T) {
 		t.Errorf("hint still held after %d hinted files were opened again", hintRepeatLimit)
 	}
 	// An empty hint drops the current one.
-	if _, err := m.Hint(keys(files[:10])); err != nil {
+	if _, err := m.Hint("", keys(files[:10])); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := m.Hint(nil); err != nil || st.Files != 0 || held() {
+	if st, err := m.Hint("", nil); err != nil || st.Files != 0 || held() {
 		t.Errorf("empty Hint = %+v, %v, held %v; want no hint", st, err, held())
 	}
 	waitPreReadIdle(t, m)
 	m.Close()
-	if _, err := m.Hint(keys(files[:10])); !errors.Is(err, ErrClosed) {
+	if _, err := m.Hint("", keys(files[:10])); !errors.Is(err, ErrClosed) {
 		t.Errorf("Hint after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+// TestHintStreams: two ranks of one node share a mount, each with its own
+// hint; both are followed (each hinted file fetched once, nothing else),
+// and one rank's opens are not strays of the other's hint.
+func TestHintStreams(t *testing.T) {
+	mem := objtest.NewMem()
+	files, data := epochDir(t, mem, "train/c/", 400, 4<<10)
+	g := newCountGetter(mem, time.Millisecond)
+	m := newTestManager(t, Options{Getter: g, MaxMemory: 64 * mib})
+	m.NoteDir("train/c/", files)
+	var lists [2][]File
+	for r := range lists {
+		var keys []string
+		for _, i := range shard(len(files), 4, r, 1, true) { // 2 of 4 ranks of the job on this node
+			lists[r] = append(lists[r], files[i])
+			keys = append(keys, files[i].Key)
+		}
+		if st, err := m.Hint(fmt.Sprintf("rank%d", r), keys); err != nil || st.Files != 100 {
+			t.Fatalf("Hint(rank%d) = %+v, %v", r, st, err)
+		}
+	}
+	// Both ranks read at once, interleaved.
+	var both []File
+	for i := range lists[0] {
+		both = append(both, lists[0][i], lists[1][i])
+	}
+	readList(t, m, both, data, 4)
+	waitPreReadIdle(t, m)
+	s := m.Stats()
+	t.Logf("fetched/read %.3f, hint files %d, stale %d", float64(s.BytesFetched)/float64(s.BytesRead), s.HintFiles, s.HintsStale)
+	if s.BytesFetched != s.BytesRead || s.HintsStale != 0 || s.Hints != 2 {
+		t.Errorf("fetched %d, read %d, %d hints, %d stale; want fetched == read, 2 hints, none stale", s.BytesFetched, s.BytesRead, s.Hints, s.HintsStale)
+	}
+	for _, f := range both {
+		if c := g.keyCalls(f.Key); c != 1 {
+			t.Errorf("%s fetched %d times, want 1", f.Key, c)
+		}
 	}
 }

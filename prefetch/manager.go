@@ -36,7 +36,7 @@ type Manager struct {
 	denseOwner    *Reader                          // the Reader fetching its file whole (see Reader.plan), if any
 	dirs          map[string]*dirState             // NoteDir'd directories by prefix
 	diskFills     map[string]*diskFill             // copies to Options.DiskCache in progress, by key
-	hint          *hintState                       // the exact-order hint being followed (nil: none)
+	hints         map[string]*hintState            // the exact-order hints being followed, by stream
 	hintOpened    int64                            // hinted files pre-read and then opened
 	hintUnopened  int64                            // hinted files pre-read, not opened when their hint ended
 	hintWasted    int64                            // bytes of those

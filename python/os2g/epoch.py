@@ -169,12 +169,15 @@ def _relative(paths: Sequence[str], mountpoint: str) -> List[str]:
     return out
 
 
-def send(files: Sequence[str], mountpoint: str, epoch: Optional[int] = None, timeout: float = 30.0) -> dict:
+def send(
+    files: Sequence[str], mountpoint: str, epoch: Optional[int] = None, stream: str = "", timeout: float = 30.0
+) -> dict:
     """POST ``files`` (paths relative to the mount point, or absolute
     under it) to the daemon of ``mountpoint`` and return its reply
-    (``{"files": N, "unknown": U, "duplicates": D}``). Raises
-    :class:`HintError`."""
-    body = json.dumps({"files": list(files), "epoch": epoch}).encode()
+    (``{"files": N, "unknown": U, "duplicates": D}``). ``stream`` names
+    the reader: each stream's hint replaces only that stream's previous
+    one (ranks of one node sharing a mount). Raises :class:`HintError`."""
+    body = json.dumps({"files": list(files), "epoch": epoch, "stream": stream}).encode()
     errors = []
     for sock in socket_paths(mountpoint):
         if not os.path.exists(sock):
@@ -209,6 +212,7 @@ def hint(
     *,
     paths: Optional[Callable[[Any, Iterable[int]], List[str]]] = None,
     mountpoint: Optional[str] = None,
+    stream: Optional[str] = None,
     timeout: float = 30.0,
 ) -> dict:
     """Tell the os2g mount holding ``dataset`` the files this rank reads
@@ -218,7 +222,10 @@ def hint(
 
     ``paths(dataset, indices)`` maps indices to file paths (default
     :func:`paths_of`); ``mountpoint`` overrides the mount found from the
-    first path. Returns the daemon's reply (``files``: files it will
+    first path; ``stream`` names this reader for the daemon (default
+    ``"rank<R>"`` for a sampler with a ``rank``, so that the ranks of one
+    node sharing a mount each keep their own hint; else ``"pid<PID>"``).
+    Returns the daemon's reply (``files``: files it will
     pre-read; ``unknown``: paths in directories it has not listed yet;
     ``duplicates``). Raises ``ValueError`` for a sampler whose order cannot
     be known, ``TypeError`` for a dataset without file paths, and
@@ -229,4 +236,7 @@ def hint(
     if not files:
         raise ValueError("the sampler yields no index: nothing to hint")
     mp = mountpoint or find_mount(os.path.dirname(os.path.abspath(files[0])))
-    return send(_relative(files, mp), mp, epoch=epoch, timeout=timeout)
+    if stream is None:
+        rank = getattr(sampler, "rank", None)
+        stream = f"rank{rank}" if rank is not None else f"pid{os.getpid()}"
+    return send(_relative(files, mp), mp, epoch=epoch, stream=stream, timeout=timeout)

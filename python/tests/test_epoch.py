@@ -161,6 +161,7 @@ class SendTest(unittest.TestCase):
             path, body = d.requests[0]
             self.assertEqual(path, "/hint")
             self.assertEqual(body["epoch"], 4)
+            self.assertEqual(body["stream"], "rank1")
             s.set_epoch(4)
             want = [f"c{i % 3}/{i:04d}.png" for i in s]
             self.assertEqual(body["files"], want)
