@@ -111,6 +111,7 @@
 //
 // Lock order: Reader.mu before Manager.mu before MmapAllocator.mu.
 // Manager.mu guards the cache index, the LRU lists, the budget, the epoch
-// state and the disk-cache copies in progress; it is never held across a
+// state (usefulness controllers and hints included) and the disk-cache
+// copies in progress; it is never held across a
 // GET, a wait, a DiskCache call or an Allocator call other than Free.
 package prefetch
