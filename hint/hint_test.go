@@ -118,3 +118,25 @@ func TestHandler(t *testing.T) {
 		t.Errorf("no known file: %d %v, want 422", code, m)
 	}
 }
+
+// FuzzKeys: any path either fails with ErrOutside or ErrBadPath, or maps
+// to prefix + a clean relative path that cannot climb out of the mount.
+func FuzzKeys(f *testing.F) {
+	for _, s := range []string{"a/b.png", "/mnt/data/x", "../x", "a/../../b", "/mnt/data/", ".", "", "a//b/./c", "/mnt/data2/x", "a\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		keys, err := Keys([]string{p}, "/mnt/data", "pre/")
+		if err != nil {
+			if !errors.Is(err, ErrOutside) && !errors.Is(err, ErrBadPath) {
+				t.Fatalf("Keys(%q): unexpected error %v", p, err)
+			}
+			return
+		}
+		rel, ok := strings.CutPrefix(keys[0], "pre/")
+		if !ok || rel == "" || strings.HasPrefix(rel, "/") || rel == ".." || strings.HasPrefix(rel, "../") ||
+			strings.Contains(rel, "/../") || strings.HasSuffix(rel, "/..") || strings.Contains(rel, "//") {
+			t.Fatalf("Keys(%q) = %q: not a clean path under the mount", p, keys[0])
+		}
+	})
+}
