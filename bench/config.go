@@ -16,7 +16,7 @@ import (
 // names, in report order.
 var (
 	allClients   = []string{"os2g", "s3fs", "rclone", "limit", "local"}
-	allWorkloads = []string{"seq", "small", "rand", "list", "loader", "write"}
+	allWorkloads = []string{"seq", "small", "rand", "list", "loader", "write", "loader-ddp"}
 )
 
 // config is everything a run needs, from the command line.

@@ -189,6 +189,8 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 		}
 	case "loader":
 		got = append(got, h.loaderTrial(ctx, run, client, isMount)...)
+	case "loader-ddp":
+		got = append(got, h.ddpTrial(ctx, run)...)
 	case "write":
 		key := fmt.Sprintf("%s%s-run%d.bin", writePrefix, client, run)
 		if client == "limit" {

@@ -221,7 +221,7 @@ func checkTools(c *config) []string {
 	if c.Endpoint == "" {
 		need(c.Versitygw, "the S3 server (or pass --endpoint)", "none: go install github.com/versity/versitygw/cmd/versitygw")
 	}
-	if has(c.Workloads, "loader") && (anyMount || has(c.Clients, "local")) {
+	if (has(c.Workloads, "loader") || has(c.Workloads, "loader-ddp")) && (anyMount || has(c.Clients, "local")) {
 		if _, err := exec.LookPath(c.Python); err != nil {
 			missing = append(missing, fmt.Sprintf("%s (loader workload; Debian packages python3-torch python3-torchvision python3-pil)", c.Python))
 		} else if out, err := exec.Command(c.Python, "-c", "import torch, torchvision, PIL").CombinedOutput(); err != nil {

@@ -33,7 +33,7 @@ type sample struct {
 }
 
 // cases are the report rows, in order, with their headline unit.
-var cases = []struct{ Name, Workload, Unit string }{
+var cases = append([]struct{ Name, Workload, Unit string }{
 	{"seq-1j", "seq", "MiB/s"},
 	{"seq-4j", "seq", "MiB/s"},
 	{"small", "small", "files/s"},
@@ -43,7 +43,7 @@ var cases = []struct{ Name, Workload, Unit string }{
 	{"loader-cold", "loader", "images/s"},
 	{"loader-warm", "loader", "images/s"},
 	{"write", "write", "MiB/s"},
-}
+}, ddpCases()...)
 
 func caseUnit(name string) string {
 	for _, c := range cases {
@@ -58,6 +58,9 @@ func caseUnit(name string) string {
 // file system (no loader), local has no S3 (only the read-only file
 // workloads it is a reference for).
 func applies(client, workload string) bool {
+	if workload == "loader-ddp" {
+		return client == "os2g"
+	}
 	switch client {
 	case "limit":
 		return workload != "loader"

@@ -89,10 +89,29 @@
 // and a new epoch begins when every file was read (of a complete list) or a
 // file is read again.
 //
+// A pre-read file that nobody opens in its epoch is waste. Each directory
+// has a usefulness controller (useful.go) that counts pre-read files
+// opened and not opened and learns, from each finished epoch, the share of
+// the directory this node reads (a rank of DistributedSampler reads 1/N):
+// when that share is below [FullShare], or with [Options.Sharded], a file
+// is pre-read only while the expected wasted bytes stay under
+// [WasteTarget] of the bytes read. The first epoch of a rank looks exactly
+// like a single node reading everything, so without Sharded it is
+// pre-read in full (and fetches about N times what it reads); the
+// controller acts from the second epoch on.
+//
+// A training script that knows its sampler's order can say it:
+// [Manager.Hint] takes the keys a reader (a stream, e.g. one rank) will
+// open next, in order, and pre-reads exactly those, at most
+// [Options.HintWindow] files ahead of its opens, and nothing speculative
+// in the directories the hint covers. A hint is dropped when done, or as
+// stale when the reader opens other files or its files again.
+//
 // # Locking
 //
 // Lock order: Reader.mu before Manager.mu before MmapAllocator.mu.
 // Manager.mu guards the cache index, the LRU lists, the budget, the epoch
-// state and the disk-cache copies in progress; it is never held across a
+// state (usefulness controllers and hints included) and the disk-cache
+// copies in progress; it is never held across a
 // GET, a wait, a DiskCache call or an Allocator call other than Free.
 package prefetch

@@ -24,6 +24,8 @@ type dirState struct {
 	// partial: files is what a listing still under way has given so far
 	// (AddDirFiles); reading all of them does not end the epoch.
 	partial bool
+	u       usefulness // what this directory's pre-reads are worth (useful.go)
+	hinted  bool       // hints lead pre-reading here (Manager.hintCoversLocked)
 }
 
 // dirOf is the directory prefix of key, including the trailing "/" ("" at
@@ -43,8 +45,7 @@ func (m *Manager) NoteDir(dir string, files []File) {
 		for i, f := range d.files {
 			d.index[f.Key] = i
 		}
-		d.order = rand.Perm(len(d.files))
-		d.pos = 0
+		d.shuffle()
 		d.partial = false
 	})
 }
@@ -89,18 +90,31 @@ func (m *Manager) updateDir(dir string, fn func(d *dirState)) {
 	}
 	d := m.dirs[dir]
 	if d == nil {
-		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{}}
+		d = &dirState{dir: dir, read: map[string]bool{}, issued: map[string]bool{}, index: map[string]int{},
+			u: newUsefulness(m.o.Sharded)}
 		m.dirs[dir] = d
 	}
 	fn(d)
 }
 
 func (d *dirState) newEpoch() {
+	d.u.endEpoch(len(d.files), d.read)
 	d.read = map[string]bool{}
 	d.issued = map[string]bool{}
-	d.order = rand.Perm(len(d.files))
-	d.pos = 0
+	d.shuffle()
 	d.epochs++
+}
+
+// shuffle makes a new pre-read order and starts it from the beginning.
+func (d *dirState) shuffle() {
+	d.order = rand.Perm(len(d.files))
+	if !d.u.all() {
+		// Predicted files first: the controller refuses the rest sooner.
+		slices.SortStableFunc(d.order, func(a, b int) int {
+			return d.u.rank(d.files[a].Key) - d.u.rank(d.files[b].Key)
+		})
+	}
+	d.pos = 0
 }
 
 func (m *Manager) activeLocked(d *dirState, now time.Time) bool {
@@ -130,6 +144,7 @@ func (m *Manager) dirOfFileLocked(f File) *dirState {
 
 // noteOpenLocked records an Open.
 func (m *Manager) noteOpenLocked(f File) {
+	m.hintOpenLocked(f.Key)
 	d := m.dirOfFileLocked(f)
 	if d == nil {
 		return
@@ -153,6 +168,7 @@ func (m *Manager) noteWholeRead(f File) {
 		d.newEpoch() // read again: a new epoch began
 	}
 	d.read[f.Key] = true
+	d.u.onRead(f.Key, f.Size)
 	d.streak++
 	if len(d.read) >= len(d.files) && !d.partial {
 		d.newEpoch()
@@ -161,7 +177,7 @@ func (m *Manager) noteWholeRead(f File) {
 }
 
 func (m *Manager) maybeStartLocked(d *dirState, now time.Time) {
-	if d.running || m.closed || d.pos >= len(d.order) || !m.activeLocked(d, now) {
+	if d.running || m.closed || d.pos >= len(d.order) || !m.activeLocked(d, now) || m.hintCoversLocked(d) {
 		return
 	}
 	d.running = true
@@ -170,16 +186,31 @@ func (m *Manager) maybeStartLocked(d *dirState, now time.Time) {
 	go m.preRead(d)
 }
 
-// nextCandidateLocked returns the next file of d to pre-read this epoch.
+// nextCandidateLocked returns the next file of d to pre-read this epoch;
+// false when there is none, or when the usefulness controller refuses the
+// next one for now (the pre-reader then stops, and the next read of a
+// file of d starts it again).
 func (m *Manager) nextCandidateLocked(d *dirState) (File, bool) {
 	for ; d.pos < len(d.order); d.pos++ {
 		f := d.files[d.order[d.pos]]
 		if d.read[f.Key] || d.issued[f.Key] || f.Size <= 0 || f.Size > m.o.EpochFileSize {
 			continue
 		}
+		if !d.u.allow(f, len(d.files)) {
+			m.st.epochRefused.Add(1)
+			return File{}, false
+		}
 		return f, true
 	}
 	return File{}, false
+}
+
+// lostPreReadLocked tells the controller of key's directory that the
+// pre-read of key was dropped before anyone read it.
+func (m *Manager) lostPreReadLocked(key string) {
+	if d := m.dirs[dirOf(key)]; d != nil {
+		d.u.onLost(key)
+	}
 }
 
 // preRead fetches d's unread files while the epoch pattern lasts.
@@ -191,8 +222,9 @@ func (m *Manager) preRead(d *dirState) {
 	defer m.mu.Unlock()
 	for {
 		now := time.Now()
-		if m.closed || !m.activeLocked(d, now) {
-			// The pattern stopped: let the cache evict what nobody read.
+		if m.closed || !m.activeLocked(d, now) || m.hintCoversLocked(d) {
+			// The pattern stopped (or a hint took over): let the cache
+			// evict what nobody read.
 			for _, e := range d.held {
 				m.demoteLocked(e)
 			}
@@ -229,34 +261,20 @@ func (m *Manager) preRead(d *dirState) {
 // startPreReadLocked starts fetching f whole, or marks it issued when it is
 // cached already; false means the budget has no room now.
 func (m *Manager) startPreReadLocked(d *dirState, f File) bool {
-	fk := fileKey{f.Key, f.ETag}
-	fs := m.fileLocked(fk)
-	defer m.forgetFileLocked(fs)
-	if e, _, _ := fs.find(0, m.o.PartSize); e != nil {
-		d.issued[f.Key] = true // cached or being read already
-		d.pos++
-		return true
-	}
-	_, _, gapEnd := fs.find(0, m.o.PartSize)
-	if gapEnd < f.Size {
-		d.issued[f.Key] = true // partly cached: leave it to its reader
-		d.pos++
-		return true
-	}
-	if !m.tryReserveLocked(f.Size, true) {
-		m.st.epochSkipped.Add(1)
+	e, _, ok := m.preReadLocked(f)
+	if !ok {
 		return false
 	}
-	e := m.newExtentLocked(fk, span{0, f.Size}, originEpoch, nil, false)
-	e.held = true
-	m.epochHeld += f.Size
-	m.epochInFlight++
+	d.issued[f.Key] = true // pre-read now, or cached or being read already
+	d.pos++
+	if e == nil {
+		return true
+	}
 	m.st.epochFiles.Add(1)
+	d.u.onIssue(f)
 	if len(d.held) >= 2*len(d.files)+64 {
 		d.held = slices.DeleteFunc(d.held, func(x *extent) bool { return !x.held })
 	}
 	d.held = append(d.held, e)
-	d.issued[f.Key] = true
-	d.pos++
 	return true
 }

@@ -36,6 +36,10 @@ type Manager struct {
 	denseOwner    *Reader                          // the Reader fetching its file whole (see Reader.plan), if any
 	dirs          map[string]*dirState             // NoteDir'd directories by prefix
 	diskFills     map[string]*diskFill             // copies to Options.DiskCache in progress, by key
+	hints         map[string]*hintState            // the exact-order hints being followed, by stream
+	hintOpened    int64                            // hinted files pre-read and then opened
+	hintUnopened  int64                            // hinted files pre-read, not opened when their hint ended
+	hintWasted    int64                            // bytes of those
 }
 
 // New validates o and returns a Manager. The Manager starts no goroutine
@@ -332,6 +336,9 @@ func (m *Manager) dropLocked(e *extent) {
 		return
 	}
 	m.unlistLocked(e)
+	if e.held && e.origin == originEpoch {
+		m.lostPreReadLocked(e.fs.fk.key)
+	}
 	m.unholdLocked(e)
 	e.fs.delete(e, m.o.PartSize)
 	m.forgetFileLocked(e.fs)

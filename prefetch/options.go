@@ -111,6 +111,16 @@ type Options struct {
 	// EpochFileSize: only files of at most this many bytes are pre-read
 	// (default PartSize, at most PartSize).
 	EpochFileSize int64
+	// Sharded says this node reads only a share of each directory (a rank
+	// of DistributedSampler; "os2g mount --sharded"): pre-reading then
+	// never assumes that every file will be read, not even in the first
+	// epoch, and follows the usefulness controller (useful.go) from the
+	// start.
+	Sharded bool
+	// HintWindow: an exact-order hint (Manager.Hint) is pre-read at most
+	// this many files ahead of the reader (default DefaultHintWindow), and
+	// within EpochMemory bytes.
+	HintWindow int
 
 	// Logger receives debug and warning lines (nil: discard).
 	Logger *slog.Logger
@@ -169,7 +179,7 @@ func (o Options) withDefaults() (Options, error) {
 		"ToleranceBack": o.ToleranceBack, "ToleranceForward": o.ToleranceForward,
 		"EpochMemory": o.EpochMemory, "EpochFileSize": o.EpochFileSize,
 		"MaxConcurrency": int64(o.MaxConcurrency), "Streams": int64(o.Streams),
-		"EpochConcurrency": int64(o.EpochConcurrency), "EpochIdle": int64(o.EpochIdle),
+		"EpochConcurrency": int64(o.EpochConcurrency), "HintWindow": int64(o.HintWindow), "EpochIdle": int64(o.EpochIdle),
 		"DiskCacheMaxFile": o.DiskCacheMaxFile, "DiskCacheConcurrency": int64(o.DiskCacheConcurrency),
 	} {
 		if v < 0 {
@@ -202,6 +212,7 @@ func (o Options) withDefaults() (Options, error) {
 	defi(&o.Streams, DefaultStreams)
 	defi(&o.EpochTrigger, DefaultEpochTrigger)
 	defi(&o.EpochConcurrency, DefaultEpochConcurrency)
+	defi(&o.HintWindow, DefaultHintWindow)
 	def(&o.DiskCacheMaxFile, DefaultDiskCacheMaxFile)
 	defi(&o.DiskCacheConcurrency, DefaultDiskCacheConcurrency)
 	if o.EpochIdle == 0 {

@@ -24,6 +24,10 @@ type counters struct {
 	epochFiles    atomic.Int64
 	epochSkipped  atomic.Int64
 	epochHitOpens atomic.Int64
+	epochRefused  atomic.Int64
+	hints         atomic.Int64
+	hintsStale    atomic.Int64
+	hintFiles     atomic.Int64
 	diskPuts      atomic.Int64
 	diskErrors    atomic.Int64
 	diskSkipped   atomic.Int64
@@ -58,6 +62,18 @@ type Stats struct {
 	// EpochHitOpens: handles whose first read found pre-read bytes.
 	EpochStarts, EpochFiles, EpochSkipped, EpochHeld, EpochHitOpens int64
 	EpochRunning                                                    int
+	// EpochOpened: pre-read files that a handle then read in their epoch;
+	// EpochUnopened: pre-read files that none read before their epoch
+	// ended; EpochWasted: the bytes of those (fetched, never read);
+	// EpochRefused: candidates the usefulness controller held back (see
+	// useful.go). The current epoch's files count as unopened only once
+	// it ends.
+	EpochOpened, EpochUnopened, EpochWasted, EpochRefused int64
+	// Hints: exact-order hints accepted (Manager.Hint); HintsStale: hints
+	// dropped because the reader moved on; HintFiles: files pre-read for
+	// hints (also counted in EpochOpened/EpochUnopened/EpochWasted, as
+	// they are opened or their hint ends).
+	Hints, HintsStale, HintFiles int64
 	// DiskPuts: files copied to Options.DiskCache; DiskPutErrors: copies
 	// that failed (a Put error, or bytes evicted during the copy);
 	// DiskSkipped: files read whole but not copied because bytes were no
@@ -85,6 +101,10 @@ func (m *Manager) Stats() Stats {
 		EpochFiles:     c.epochFiles.Load(),
 		EpochSkipped:   c.epochSkipped.Load(),
 		EpochHitOpens:  c.epochHitOpens.Load(),
+		EpochRefused:   c.epochRefused.Load(),
+		Hints:          c.hints.Load(),
+		HintsStale:     c.hintsStale.Load(),
+		HintFiles:      c.hintFiles.Load(),
 		DiskPuts:       c.diskPuts.Load(),
 		DiskPutErrors:  c.diskErrors.Load(),
 		DiskSkipped:    c.diskSkipped.Load(),
@@ -100,8 +120,20 @@ func (m *Manager) Stats() Stats {
 			s.EpochRunning++
 		}
 	}
+	s.EpochOpened, s.EpochUnopened, s.EpochWasted = m.usefulnessLocked()
 	m.mu.Unlock()
 	return s
+}
+
+// usefulnessLocked sums the controllers' totals: pre-read files opened,
+// not opened, and the bytes of those.
+func (m *Manager) usefulnessLocked() (opened, unopened, wasted int64) {
+	for _, d := range m.dirs {
+		opened += d.u.totOpened
+		unopened += d.u.totUnopened
+		wasted += d.u.totWasted
+	}
+	return opened + m.hintOpened, unopened + m.hintUnopened, wasted + m.hintWasted
 }
 
 // registerMetrics registers the Manager's metrics with reg (nil: none).
@@ -134,6 +166,28 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) error {
 		counter("readahead_skipped_total", "Read-ahead pieces not started for lack of memory.", c.aheadSkipped.Load),
 		counter("epoch_files_total", "Files pre-read by epoch pre-reading.", c.epochFiles.Load),
 		counter("epoch_hit_opens_total", "Handles whose first read found pre-read bytes.", c.epochHitOpens.Load),
+		counter("hints_total", "Exact-order hints accepted.", c.hints.Load),
+		counter("hints_stale_total", "Exact-order hints dropped because the reader moved on.", c.hintsStale.Load),
+		counter("hint_files_total", "Files pre-read for exact-order hints.", c.hintFiles.Load),
+		counter("epoch_refused_total", "Pre-read candidates the usefulness controller held back.", c.epochRefused.Load),
+		counter("epoch_opened_files_total", "Pre-read files read in their epoch.", func() int64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			o, _, _ := m.usefulnessLocked()
+			return o
+		}),
+		counter("epoch_unopened_files_total", "Pre-read files not read before their epoch ended.", func() int64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			_, u, _ := m.usefulnessLocked()
+			return u
+		}),
+		counter("epoch_wasted_bytes_total", "Bytes of pre-read files not read before their epoch ended.", func() int64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			_, _, w := m.usefulnessLocked()
+			return w
+		}),
 		counter("disk_puts_total", "Files copied from memory to the disk cache.", c.diskPuts.Load),
 		counter("disk_put_errors_total", "Copies to the disk cache that failed.", c.diskErrors.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "os2g", Subsystem: "prefetch", Name: "budget_in_use_bytes",

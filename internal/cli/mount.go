@@ -25,6 +25,7 @@ import (
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
 	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/hint"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -65,6 +66,7 @@ type mountFlags struct {
 	cacheDir    string
 	passthrough bool
 	cacheSize   sizeFlag
+	sharded     bool
 	gdd         gddFlags
 }
 
@@ -89,6 +91,7 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
 	fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
 	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
+	fs.BoolVar(&m.sharded, "sharded", false, "this node reads only a share of each directory (a DistributedSampler rank): pre-read what the reads show this node uses, not whole directories")
 	m.gdd.register(fs)
 }
 
@@ -297,6 +300,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		Logger:     log,
 		Registerer: reg,
 		DiskCache:  dc,
+		Sharded:    m.sharded,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("prefetch: %w", err))
@@ -353,7 +357,9 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	}
 	defer stopGDD()
 	// The control socket os2g stats reads; removed when the mount ends.
-	defer startControl(reg, mp, log)()
+	defer startControl(reg, mp, log, controlRoute{"/hint", hint.Handler(pm, mp, u.Prefix, func(format string, a ...any) {
+		log.Info(fmt.Sprintf(format, a...))
+	})})()
 
 	mode := "read-write"
 	if m.readOnly {

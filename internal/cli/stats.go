@@ -84,12 +84,19 @@ func privateDir(dir string) error {
 	return nil
 }
 
-// startControl serves reg's metrics over HTTP (GET /metrics) on the
-// control socket of the mount at mp (mode 0600, in a 0700 directory) until
-// stop is called, which removes the socket. A socket left by a daemon that
+// controlRoute is one more handler of the control socket (e.g. POST
+// /hint, package hint).
+type controlRoute struct {
+	pattern string
+	h       http.Handler
+}
+
+// startControl serves reg's metrics over HTTP (GET /metrics), and routes,
+// on the control socket of the mount at mp (mode 0600, in a 0700
+// directory) until stop is called, which removes the socket. A socket left by a daemon that
 // died is replaced. If no place works it logs a warning and serves
 // nothing: the mount works without it. stop is never nil.
-func startControl(reg *prometheus.Registry, mp string, log *slog.Logger) (stop func()) {
+func startControl(reg *prometheus.Registry, mp string, log *slog.Logger, routes ...controlRoute) (stop func()) {
 	var errs []error
 	for _, p := range controlSocketPaths(mp) {
 		if err := privateDir(filepath.Dir(p)); err != nil {
@@ -103,6 +110,9 @@ func startControl(reg *prometheus.Registry, mp string, log *slog.Logger) (stop f
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		for _, r := range routes {
+			mux.Handle(r.pattern, r.h)
+		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(ln)
 		log.Info("serving the control socket", "socket", p)
@@ -437,6 +447,9 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	row("memory budget", "%s in use of %s (%s); demand waits %s, read-ahead skipped %s", size(pf+"budget_in_use_bytes"),
 		size(pf+"budget_max_bytes"), pct(inUse, maxB), num(pf+"budget_waits_total"), num(pf+"readahead_skipped_total"))
 	row("epoch pre-read", "%s files, %s opens found them ready", num(pf+"epoch_files_total"), num(pf+"epoch_hit_opens_total"))
+	row("order hints", "%s accepted, %s dropped stale, %s files pre-read", num(pf+"hints_total"), num(pf+"hints_stale_total"), num(pf+"hint_files_total"))
+	row("pre-read use", "%s files opened, %s not opened in their epoch (%s wasted), %s held back", num(pf+"epoch_opened_files_total"),
+		num(pf+"epoch_unopened_files_total"), size(pf+"epoch_wasted_bytes_total"), num(pf+"epoch_refused_total"))
 	if _, ok := ms.get("os2g_diskcache_bytes"); ok {
 		dh, _ := ms.get("os2g_diskcache_hits_total")
 		dm, _ := ms.get("os2g_diskcache_misses_total")

@@ -45,6 +45,20 @@ os2g_prefetch_budget_max_bytes 1.073741824e+09
 os2g_prefetch_epoch_files_total 40
 # TYPE os2g_prefetch_epoch_hit_opens_total counter
 os2g_prefetch_epoch_hit_opens_total 38
+# TYPE os2g_prefetch_epoch_opened_files_total counter
+os2g_prefetch_epoch_opened_files_total 36
+# TYPE os2g_prefetch_epoch_unopened_files_total counter
+os2g_prefetch_epoch_unopened_files_total 4
+# TYPE os2g_prefetch_epoch_wasted_bytes_total counter
+os2g_prefetch_epoch_wasted_bytes_total 65536
+# TYPE os2g_prefetch_epoch_refused_total counter
+os2g_prefetch_epoch_refused_total 9
+# TYPE os2g_prefetch_hints_total counter
+os2g_prefetch_hints_total 3
+# TYPE os2g_prefetch_hints_stale_total counter
+os2g_prefetch_hints_stale_total 1
+# TYPE os2g_prefetch_hint_files_total counter
+os2g_prefetch_hint_files_total 30
 # TYPE os2g_prefetch_disk_puts_total counter
 os2g_prefetch_disk_puts_total 7
 # TYPE os2g_prefetch_disk_put_errors_total counter
@@ -92,6 +106,8 @@ func TestRenderStats(t *testing.T) {
 		"fetch errors    0\n",
 		"memory budget   256.0 MiB in use of 1.0 GiB (25.0%); demand waits 1, read-ahead skipped 3\n",
 		"epoch pre-read  40 files, 38 opens found them ready\n",
+		"order hints     3 accepted, 1 dropped stale, 30 files pre-read\n",
+		"pre-read use    36 files opened, 4 not opened in their epoch (64.0 KiB wasted), 9 held back\n",
 		"disk cache      7 objects, 1.0 MiB; hits 3, misses 1 (hit ratio 75.0%); puts 7, put errors 0, evictions -, corrupt -\n",
 		"retries         12 objclient_retries_total\n",
 		"process         RSS 125.0 MiB, CPU 4.25 s, goroutines 42\n",
