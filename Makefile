@@ -2,13 +2,17 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 GO ?= go
+# Stamped into the binary (os2g --version); a checkout without git builds too.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: all build deps demo test test-short vet bench bench-quick gpu-check clean
 
 all: build
 
 build:
-	$(GO) build -o bin/os2g ./cmd/os2g
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/os2g ./cmd/os2g
 
 deps:
 	bash scripts/install-deps.sh

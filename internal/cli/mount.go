@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
@@ -43,6 +44,7 @@ rejected credentials or an unreachable endpoint fail with a one-line message
 and exit status 1, and nothing is left mounted.
 
 Sizes accept suffixes: 512MiB, 2GiB, 8M (powers of 1024) or 100MB (powers of 1000).
+TTLs accept seconds (30), durations (90s, 5m), "indefinite" and "minimal" (1s).
 `
 
 // mountFlags holds the parsed flags of "os2g mount".
@@ -57,8 +59,8 @@ type mountFlags struct {
 	uid, gid    uint
 	fileMode    modeFlag
 	dirMode     modeFlag
-	metadataTTL time.Duration
-	negativeTTL time.Duration
+	metadataTTL ttlFlag
+	negativeTTL ttlFlag
 	maxMemory   sizeFlag
 	logFile     string
 	metricsAddr string
@@ -68,67 +70,117 @@ type mountFlags struct {
 	gdd         gddFlags
 }
 
-func (m *mountFlags) register(fs *flag.FlagSet) {
-	m.conn.register(fs)
+// register defines every flag of "os2g mount", in help order, each under
+// its help heading. New mount flags go here, one line each, in the group
+// they belong to.
+func (m *mountFlags) register(fs *pflag.FlagSet) {
+	fs.SortFlags = false
 	m.fileMode.v, m.dirMode.v = 0o644, 0o755
-	fs.BoolVar(&m.readOnly, "read-only", false, "mount read-only: every write fails with EROFS")
-	fs.BoolVar(&m.allowOther, "allow-other", false, "let other users access the mount (non-root needs user_allow_other in /etc/fuse.conf)")
-	fs.BoolVar(&m.immutable, "immutable", false, "the bucket does not change while mounted (datasets): metadata and page cache are kept forever")
-	fs.BoolVar(&m.foreground, "foreground", false, "serve in this process instead of a background daemon")
-	fs.BoolVar(&m.debug, "debug", false, "debug logging, including every FUSE request")
-	fs.BoolVar(&m.nonempty, "nonempty", false, "allow mounting over a non-empty directory (its contents are hidden while mounted)")
-	fs.UintVar(&m.uid, "uid", uint(os.Getuid()), "owner uid of every file and directory (default: the mounting user's)")
-	fs.UintVar(&m.gid, "gid", uint(os.Getgid()), "owner gid of every file and directory (default: the mounting user's)")
-	fs.Var(&m.fileMode, "file-mode", "permission bits of files, octal")
-	fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
-	fs.DurationVar(&m.metadataTTL, "metadata-ttl", time.Minute, "how long listed names and attributes are trusted before the bucket is asked again")
-	fs.DurationVar(&m.negativeTTL, "negative-ttl", 5*time.Second, "how long a name found missing stays missing before the bucket is asked again")
-	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
-	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
-	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
-	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
-	fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
-	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
-	m.gdd.register(fs)
+	m.metadataTTL.v, m.negativeTTL.v = fusefs.DefaultMetadataTTL, fusefs.DefaultNegativeTTL
+	flagGroup(fs, groupSource, func() {
+		m.conn.register(fs)
+	})
+	flagGroup(fs, groupMount, func() {
+		fs.BoolVarP(&m.foreground, "foreground", "f", false, "serve in this process instead of a background daemon")
+		fs.BoolVar(&m.readOnly, "read-only", false, "mount read-only: every write fails with EROFS")
+		fs.BoolVar(&m.allowOther, "allow-other", false, "let other users access the mount (non-root needs user_allow_other in /etc/fuse.conf)")
+		fs.BoolVar(&m.nonempty, "nonempty", false, "allow mounting over a non-empty directory (its contents are hidden while mounted)")
+		fs.UintVar(&m.uid, "uid", uint(os.Getuid()), "owner uid of every file and directory (default: the mounting user's)")
+		fs.UintVar(&m.gid, "gid", uint(os.Getgid()), "owner gid of every file and directory (default: the mounting user's)")
+		fs.Var(&m.fileMode, "file-mode", "permission bits of files, octal")
+		fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
+	})
+	flagGroup(fs, groupCaching, func() {
+		fs.BoolVar(&m.immutable, "immutable", false, "the bucket does not change while mounted (datasets): metadata and page cache are kept forever")
+		fs.Var(&m.metadataTTL, "metadata-ttl", "how long listed names and attributes are trusted before the bucket is asked again: seconds, a duration (90s, 5m), indefinite or minimal")
+		fs.Var(&m.negativeTTL, "negative-ttl", "how long a name found missing stays missing before the bucket is asked again (same forms as --metadata-ttl)")
+		fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
+		fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
+		fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
+	})
+	flagGroup(fs, groupMemory, func() {
+		fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
+	})
+	flagGroup(fs, groupWrites, func() {
+		m.conn.registerPartSize(fs)
+	})
+	flagGroup(fs, groupLogging, func() {
+		fs.BoolVarP(&m.debug, "debug", "d", false, "debug logging, including every FUSE request")
+		fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
+		fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
+	})
+	flagGroup(fs, groupGPU, func() {
+		m.gdd.register(fs)
+	})
+}
+
+// validate checks every flag value that needs no network or file system;
+// its errors are usage errors (exit status 2) naming the flag.
+func (m *mountFlags) validate() error {
+	if m.uid > 1<<32-1 || m.gid > 1<<32-1 {
+		return usageErr("--uid and --gid must fit 32 bits")
+	}
+	if m.maxMemory.set && m.maxMemory.v <= 0 {
+		return usageErr("--max-memory must be positive")
+	}
+	if m.cacheSize.set && m.cacheSize.v <= 0 {
+		return usageErr("--cache-size must be positive (leave out --cache-dir for no disk cache)")
+	}
+	if m.passthrough && m.cacheDir == "" {
+		return usageErr("--passthrough needs --cache-dir")
+	}
+	if err := m.conn.validate(); err != nil {
+		return err
+	}
+	return m.gdd.validate()
 }
 
 // daemonEnv marks a background child; its value is the readiness pipe's fd.
 const daemonEnv = "OS2G_DAEMON_READY_FD"
 
-func runMount(ctx context.Context, e Env, args []string) error {
+func newMountCmd(e Env) *cobra.Command {
 	var m mountFlags
-	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
-	m.register(fs)
-	pos, err := parseArgs(e, fs, mountUsage, args)
-	if err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT",
+		Short: "mount a bucket (in the background by default)",
+		Long:  mountUsage,
+		Args:  exactArgs(2, "s3://BUCKET[/PREFIX] MOUNTPOINT"),
+		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 1 {
+				return nil, cobra.ShellCompDirectiveFilterDirs
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			// The background child gets this command line again.
+			return runMount(c.Context(), e, &m, args, e.Args[1:])
+		},
 	}
-	if len(pos) != 2 {
-		return usageErr("want 2 arguments, s3://BUCKET[/PREFIX] MOUNTPOINT; got %d", len(pos))
-	}
+	m.register(c.Flags())
+	return c
+}
+
+// runMount validates the parsed flags and arguments pos, then mounts in
+// the foreground, as a background child, or by starting one with the
+// original command-line arguments raw.
+func runMount(ctx context.Context, e Env, m *mountFlags, pos, raw []string) error {
 	u, err := ParseS3URL(pos[0])
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if m.uid > 1<<32-1 || m.gid > 1<<32-1 {
-		return usageErr("--uid and --gid must fit 32 bits")
-	}
-	if m.metadataTTL < 0 || m.negativeTTL < 0 {
-		return usageErr("--metadata-ttl and --negative-ttl must not be negative")
-	}
-	if err := m.gdd.validate(); err != nil {
+	if err := m.validate(); err != nil {
 		return err
 	}
 	if _, err := m.conn.options(e, u.Bucket, nil); err != nil {
 		return err // a bad --endpoint-url, reported before any daemon starts
 	}
 	if e.getenv(daemonEnv) != "" {
-		return runDaemonChild(ctx, e, &m, u, pos[1])
+		return runDaemonChild(ctx, e, m, u, pos[1])
 	}
 	if !m.foreground {
-		return runBackground(ctx, e, args)
+		return runBackground(ctx, e, raw)
 	}
-	return serveMount(ctx, e, &m, u, pos[1], nil)
+	return serveMount(ctx, e, m, u, pos[1], nil)
 }
 
 // readyFunc is told once whether the mount is live (nil) or failed; a
@@ -225,7 +277,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		}
 	}
 	if budget <= 0 {
-		return fail(usageErr("--max-memory must be positive"))
+		return fail(fmt.Errorf("--max-memory: the default budget came out as %d bytes", budget))
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Block buffers live outside the Go heap (mmap); this keeps the
@@ -316,8 +368,8 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		Passthrough: m.passthrough,
 		FileMode:    m.fileMode.v,
 		DirMode:     m.dirMode.v,
-		MetadataTTL: m.metadataTTL,
-		NegativeTTL: m.negativeTTL,
+		MetadataTTL: nonzeroTTL(m.metadataTTL.v),
+		NegativeTTL: nonzeroTTL(m.negativeTTL.v),
 		Immutable:   m.immutable,
 		AllowOther:  m.allowOther,
 		Debug:       m.debug,
@@ -373,6 +425,15 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	s.Wait()
 	log.Info("unmounted", "mountpoint", mp)
 	return nil
+}
+
+// nonzeroTTL maps a TTL of 0 (no caching) to 1 ns, since fusefs takes 0
+// as "the default".
+func nonzeroTTL(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }
 
 // checkBucket verifies bucket, endpoint and credentials with a client that

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,6 +27,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/spf13/cobra"
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/gdd"
@@ -265,17 +265,26 @@ func fetchMetrics(ctx context.Context, sock string) ([]byte, error) {
 	return body, nil
 }
 
-func runStats(ctx context.Context, e Env, args []string) error {
-	fset := flag.NewFlagSet("stats", flag.ContinueOnError)
-	raw := fset.Bool("raw", false, "print the metrics as served, in the Prometheus text format")
-	pos, err := parseArgs(e, fset, statsUsage, args)
-	if err != nil {
-		return err
+func newStatsCmd(e Env) *cobra.Command {
+	var raw bool
+	c := &cobra.Command{
+		Use:   "stats [--raw] MOUNTPOINT",
+		Short: "show the metrics of a mount's daemon",
+		Long:  statsUsage,
+		Args:  exactArgs(1, "MOUNTPOINT"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return runStats(c.Context(), e, raw, args[0])
+		},
 	}
-	if len(pos) != 1 {
-		return usageErr("want 1 argument, MOUNTPOINT; got %d", len(pos))
-	}
-	p, err := resolvePath(pos[0])
+	c.Flags().BoolVar(&raw, "raw", false, "print the metrics as served, in the Prometheus text format")
+	return c
+}
+
+func runStats(ctx context.Context, e Env, raw bool, target string) error {
+	p, err := resolvePath(target)
 	if err != nil {
 		return err
 	}
@@ -309,7 +318,7 @@ func runStats(ctx context.Context, e Env, args []string) error {
 		return fmt.Errorf("cannot reach the os2g daemon of %s (%s); if the daemon died, clear the stale mount with: fusermount3 -u %s",
 			m.Target, strings.Join(errs, "; "), m.Target)
 	}
-	if *raw {
+	if raw {
 		_, err := e.Stdout.Write(body)
 		return err
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/os2g/os2g/objclient"
@@ -130,22 +130,46 @@ func uploadOne(ctx context.Context, store objclient.Store, f uploadFile, partSiz
 	return err
 }
 
-func runUpload(ctx context.Context, e Env, args []string) error {
-	var conn connFlags
-	fset := flag.NewFlagSet("upload", flag.ContinueOnError)
-	conn.register(fset)
-	concurrency := fset.Int("concurrency", 32, "number of concurrent uploads")
-	createBucket := fset.Bool("create-bucket", false, "create the bucket first if it does not exist")
-	quiet := fset.Bool("quiet", false, "no progress line, only errors")
-	pos, err := parseArgs(e, fset, uploadUsage, args)
-	if err != nil {
-		return err
+// uploadFlags holds the parsed flags of "os2g upload".
+type uploadFlags struct {
+	conn         connFlags
+	concurrency  int
+	createBucket bool
+	quiet        bool
+}
+
+func newUploadCmd(e Env) *cobra.Command {
+	var f uploadFlags
+	c := &cobra.Command{
+		Use:   "upload [flags] LOCALDIR s3://BUCKET[/PREFIX]",
+		Short: "upload a directory tree with concurrent PUTs",
+		Long:  uploadUsage,
+		Args:  exactArgs(2, "LOCALDIR s3://BUCKET[/PREFIX]"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runUpload(c.Context(), e, &f, args)
+		},
 	}
-	if len(pos) != 2 {
-		return usageErr("want 2 arguments, LOCALDIR s3://BUCKET[/PREFIX]; got %d", len(pos))
-	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	flagGroup(fs, groupSource, func() {
+		f.conn.register(fs)
+		fs.BoolVar(&f.createBucket, "create-bucket", false, "create the bucket first if it does not exist")
+	})
+	flagGroup(fs, groupWrites, func() {
+		fs.IntVar(&f.concurrency, "concurrency", 32, "number of concurrent uploads")
+		f.conn.registerPartSize(fs)
+		fs.BoolVar(&f.quiet, "quiet", false, "no progress line, only errors")
+	})
+	return c
+}
+
+func runUpload(ctx context.Context, e Env, f *uploadFlags, pos []string) error {
+	conn, concurrency, createBucket, quiet := &f.conn, &f.concurrency, &f.createBucket, &f.quiet
 	if *concurrency < 1 {
 		return usageErr("--concurrency must be at least 1")
+	}
+	if err := conn.validate(); err != nil {
+		return err
 	}
 	u, err := ParseS3URL(pos[1])
 	if err != nil {

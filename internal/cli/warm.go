@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -137,18 +137,24 @@ func readWhole(ctx context.Context, path string, buf []byte, onBytes func(int64)
 	}
 }
 
-func runWarm(ctx context.Context, e Env, args []string) error {
-	fset := flag.NewFlagSet("warm", flag.ContinueOnError)
-	concurrency := fset.Int("concurrency", 16, "files read at the same time")
-	pos, err := parseArgs(e, fset, warmUsage, args)
-	if err != nil {
-		return err
+func newWarmCmd(e Env) *cobra.Command {
+	var concurrency int
+	c := &cobra.Command{
+		Use:   "warm [--concurrency N] PATH...",
+		Short: "read files under a mount into the caches",
+		Long:  warmUsage,
+		Args:  minArgs(1, "PATH"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runWarm(c.Context(), e, concurrency, args)
+		},
 	}
-	if len(pos) == 0 {
-		return usageErr("want at least 1 argument, PATH")
-	}
-	if *concurrency < 1 {
-		return usageErr("--concurrency must be at least 1, not %d", *concurrency)
+	c.Flags().IntVar(&concurrency, "concurrency", 16, "files read at the same time")
+	return c
+}
+
+func runWarm(ctx context.Context, e Env, concurrency int, pos []string) error {
+	if concurrency < 1 {
+		return usageErr("--concurrency must be at least 1, not %d", concurrency)
 	}
 	// Every PATH is checked before anything is read.
 	paths := make([]string, 0, len(pos))
@@ -208,7 +214,7 @@ func runWarm(ctx context.Context, e Env, args []string) error {
 			outMu.Unlock()
 		}
 	}
-	werr := warmAll(ctx, files, *concurrency, &prog, onBytes, report)
+	werr := warmAll(ctx, files, concurrency, &prog, onBytes, report)
 	if bar != nil {
 		bar.Finish()
 		bar.Clear()
