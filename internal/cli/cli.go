@@ -72,6 +72,21 @@ func Main(ctx context.Context, e Env) int {
 		fmt.Fprint(e.Stderr, topUsage)
 		return 2
 	}
+	if isHelperCall(e.Args) {
+		// Called by mount(8) or mount.fuse3 (fstab): translate -o options.
+		var m mountFlags
+		fs := pflag.NewFlagSet("mount", pflag.ContinueOnError)
+		m.register(fs)
+		args, fake, err := helperArgs(e.Args, fs)
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "os2g: mount: %s\n", oneLine(err.Error()))
+			return 2
+		}
+		if fake || helperAlreadyMounted(args) {
+			return 0
+		}
+		e.Args = append([]string{"mount"}, args...)
+	}
 	root := newRootCmd(e)
 	root.SetArgs(e.Args)
 	c, err := root.ExecuteContextC(ctx)

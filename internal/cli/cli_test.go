@@ -472,3 +472,50 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestHelperArgs: mount helper command lines (mount.fuse3's and mount(8)'s
+// /sbin/mount.fuse.os2g calling conventions) become os2g mount arguments.
+func TestHelperArgs(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // the mount arguments, space-separated
+		fake bool
+		err  string
+	}{
+		{[]string{"s3://b/p", "/mnt/d", "-o", "rw,noexec,nosuid,nodev,endpoint-url=http://127.0.0.1:7070,allow_other"},
+			"--endpoint-url=http://127.0.0.1:7070 --allow-other -- s3://b/p /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-o", "ro,_netdev,nofail,defaults,x-systemd.automount,max_memory=2GiB,comment=\"a,b\"", "-t", "fuse.os2g", "-n"},
+			"--read-only --max-memory=2GiB -- s3://b /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-oread-only,immutable", "-o", "metadata_ttl=indefinite"},
+			"--read-only --immutable --metadata-ttl=indefinite -- s3://b /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-f", "-o", "ro"}, "--read-only -- s3://b /mnt/d", true, ""},
+		{[]string{"s3://b", "/mnt/d", "-o", "endpont-url=x"}, "", false, "-o endpont-url: unknown option (did you mean endpoint-url?)"},
+		{[]string{"s3://b", "/mnt/d", "-t", "nfs"}, "", false, "-t nfs"},
+		{[]string{"s3://b", "-o", "ro"}, "", false, "want 2 arguments"},
+		{[]string{"s3://b", "/mnt/d", "-o"}, "", false, "-o needs a value"},
+	}
+	for _, tc := range tests {
+		var m mountFlags
+		fs := pflag.NewFlagSet("mount", pflag.ContinueOnError)
+		m.register(fs)
+		got, fake, err := helperArgs(tc.args, fs)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errUsage) {
+				t.Errorf("%q: err %v, want a usage error with %q", tc.args, err, tc.err)
+			}
+		case err != nil || strings.Join(got, " ") != tc.want || fake != tc.fake:
+			t.Errorf("%q: %q fake %v err %v; want %q fake %v", tc.args, got, fake, err, tc.want, tc.fake)
+		}
+	}
+	// Through Main: a helper call with an unknown option exits 2.
+	code, _, errOut := runMain(t, nil, "s3://b", "/mnt/d", "-o", "bogus")
+	if code != 2 || !strings.Contains(errOut, "os2g: mount: -o bogus: unknown option") {
+		t.Errorf("helper call with -o bogus: exit %d, stderr %q", code, errOut)
+	}
+	// A helper call reaches mount's own checks (the bad URL is one).
+	code, _, errOut = runMain(t, nil, "s3://data//x", "/mnt/d", "-o", "ro")
+	if code != 2 || !strings.Contains(errOut, "empty path component") {
+		t.Errorf("helper call with s3://data//x: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestFstab: "mount -a -T FSTAB" mounts an os2g line of a temporary fstab
+// through mount(8) and mount.fuse3 (the "PROGRAM#SOURCE" form of type fuse,
+// which calls os2g exactly as type fuse.os2g does once os2g is installed):
+// -o options become flags (read-only, endpoint-url), the options only
+// mount(8) and systemd act on (_netdev, nofail, defaults) are accepted, a
+// noauto line is left alone, and an unknown option fails naming it (issue
+// 16 item 1).
+func TestFstab(t *testing.T) {
+	e := newEnv(t)
+	if _, err := exec.LookPath("mount"); err != nil {
+		t.Skip("mount(8) not installed")
+	}
+	if _, err := os.Stat("/sbin/mount.fuse3"); err != nil {
+		t.Fatalf("fuse3's mount helper is missing: %v", err)
+	}
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "d", "hello.txt"), []byte("hello fstab\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run(nil, "upload", "--quiet", src, "s3://"+e.srv.Bucket+"/fstab"); r.code != 0 {
+		t.Fatalf("os2g upload: exit %d: %s", r.code, r.stderr)
+	}
+	auto, noauto, bad := e.mountpoint(), e.mountpoint(), e.mountpoint()
+	source := e.bin + "#s3://" + e.srv.Bucket + "/fstab"
+	fstab := filepath.Join(t.TempDir(), "fstab")
+	lines := fmt.Sprintf("# os2g test fstab\n"+
+		"%s %s fuse _netdev,nofail,defaults,endpoint-url=%s,read-only,metadata_ttl=indefinite 0 0\n"+
+		"%s %s fuse noauto,endpoint-url=%s 0 0\n"+
+		"%s %s fuse noauto,endpoint-url=%s,bogus_opt=1 0 0\n",
+		source, auto, e.srv.URL, source, noauto, e.srv.URL, source, bad, e.srv.URL)
+	if err := os.WriteFile(fstab, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mount := func(args ...string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "mount", args...)
+		cmd.Env = e.env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, out.String()
+		case errors.As(err, &ee):
+			return ee.ExitCode(), out.String()
+		}
+		t.Fatalf("mount %q: %v", args, err)
+		return 0, ""
+	}
+
+	if code, out := mount("-a", "-T", fstab); code != 0 {
+		t.Fatalf("mount -a -T %s: exit %d: %s", fstab, code, out)
+	}
+	if !isMounted(t, auto) {
+		t.Fatalf("mount -a exited 0 but %s is not mounted", auto)
+	}
+	if isMounted(t, noauto) || isMounted(t, bad) {
+		t.Errorf("mount -a mounted a noauto line")
+	}
+	b, err := os.ReadFile(filepath.Join(auto, "d", "hello.txt"))
+	if err != nil || string(b) != "hello fstab\n" {
+		t.Errorf("reading through the fstab mount: %q, %v", b, err)
+	}
+	err = os.WriteFile(filepath.Join(auto, "new.txt"), []byte("x"), 0o644)
+	if !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing to the -o read-only mount: %v, want EROFS", err)
+	}
+	// mount -a again leaves the mounted line alone.
+	if code, out := mount("-a", "-T", fstab); code != 0 {
+		t.Errorf("second mount -a: exit %d: %s", code, out)
+	}
+	// A noauto line mounts by its mount point, read-write.
+	if code, out := mount("-T", fstab, noauto); code != 0 || !isMounted(t, noauto) {
+		t.Fatalf("mount -T fstab %s: exit %d, mounted %v: %s", noauto, code, isMounted(t, noauto), out)
+	}
+	if err := os.WriteFile(filepath.Join(noauto, "w.txt"), []byte("written"), 0o644); err != nil {
+		t.Errorf("writing to the read-write fstab mount: %v", err)
+	}
+	if code, out := mount("-T", fstab, bad); code == 0 || !strings.Contains(out, "-o bogus_opt: unknown option") || isMounted(t, bad) {
+		t.Errorf("an fstab line with -o bogus_opt: exit %d, mounted %v, output %q", code, isMounted(t, bad), out)
+	}
+	for _, mp := range []string{auto, noauto} {
+		if r := e.run(nil, "umount", mp); r.code != 0 {
+			t.Errorf("os2g umount %s: exit %d: %s", mp, r.code, r.stderr)
+		}
+	}
+}
