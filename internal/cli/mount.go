@@ -418,6 +418,12 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 			return err
 		}
 	}
+	// systemd Type=notify: the mount is live now.
+	notifySock := e.getenv("NOTIFY_SOCKET")
+	if err := sdNotify(notifySock, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s at %s", os.Getpid(), u, mp)); err != nil {
+		log.Warn("telling the service manager the mount is ready failed", "err", err)
+	}
+	defer sdNotify(notifySock, "STOPPING=1")
 	// After ready: a background daemon's stderr is the log file (or
 	// nothing) by now, so a successful mount prints nothing.
 	log.Info("mounted", "source", u.String(), "mountpoint", mp, "mode", mode, "endpoint", endpoint,

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestFstab: "mount -a -T FSTAB" mounts an os2g line of a temporary fstab
@@ -104,5 +106,59 @@ func TestFstab(t *testing.T) {
 		if r := e.run(nil, "umount", mp); r.code != 0 {
 			t.Errorf("os2g umount %s: exit %d: %s", mp, r.code, r.stderr)
 		}
+	}
+}
+
+// TestSystemdNotify: "os2g mount --foreground" under a fake systemd
+// NOTIFY_SOCKET sends READY=1 (with its MAINPID) once the mount is live,
+// and STOPPING=1 when SIGTERM unmounts it, as Type=notify units expect.
+func TestSystemdNotify(t *testing.T) {
+	e := newEnv(t)
+	mp := e.mountpoint()
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, "mount", "-f", "s3://"+e.srv.Bucket, mp)
+	cmd.Env = append(append([]string{}, e.env...), "NOTIFY_SOCKET="+sock)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	read := func() string {
+		t.Helper()
+		ln.SetReadDeadline(time.Now().Add(hangGuard))
+		buf := make([]byte, 4096)
+		n, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification from os2g: %v; stderr: %s", err, stderr.String())
+		}
+		return string(buf[:n])
+	}
+	msg := read()
+	if !strings.Contains(msg, "READY=1") || !strings.Contains(msg, fmt.Sprintf("MAINPID=%d", cmd.Process.Pid)) {
+		t.Errorf("first notification %q, want READY=1 and MAINPID=%d", msg, cmd.Process.Pid)
+	}
+	if !isMounted(t, mp) {
+		t.Errorf("READY=1 arrived before %s was mounted", mp)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if msg := read(); !strings.Contains(msg, "STOPPING=1") {
+		t.Errorf("after SIGTERM: notification %q, want STOPPING=1", msg)
+	}
+	if err := <-exited; err != nil {
+		t.Errorf("os2g mount --foreground after SIGTERM: %v; stderr: %s", err, stderr.String())
+	}
+	if isMounted(t, mp) {
+		t.Errorf("%s still mounted after SIGTERM", mp)
 	}
 }
