@@ -18,6 +18,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	golang.org/x/sync v0.25.0
 	gonum.org/v1/plot v0.17.0
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1
 )
 
 require (

@@ -162,3 +162,33 @@ func TestSystemdNotify(t *testing.T) {
 		t.Errorf("%s still mounted after SIGTERM", mp)
 	}
 }
+
+// TestDefaultLogFile: a background mount without --log-file, on a host
+// without syslog, as root, logs to /var/log/os2g/NAME.log (issue 16: a
+// daemon's log is never lost), where its "mounted" line can be read.
+func TestDefaultLogFile(t *testing.T) {
+	e := newEnv(t)
+	if _, err := os.Stat("/dev/log"); err == nil {
+		t.Skip("this host has a syslog socket; the daemon logs there")
+	}
+	mp := e.mountpoint()
+	name := strings.ReplaceAll(strings.Trim(mp, "/"), "/", "-") + ".log"
+	logPath := filepath.Join("/var/log/os2g", name)
+	t.Cleanup(func() { os.Remove(logPath) })
+	e.mount(mp)
+	if r := e.run(nil, "umount", mp); r.code != 0 {
+		t.Fatalf("os2g umount: exit %d: %s", r.code, r.stderr)
+	}
+	// The daemon logs "unmounted" just before it exits.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(logPath)
+		if strings.Contains(string(b), "msg=mounted") && strings.Contains(string(b), "msg=unmounted") && strings.Contains(string(b), "mountpoint="+mp) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after mount and umount:\n%s", logPath, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

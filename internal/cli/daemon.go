@@ -32,8 +32,11 @@ import (
 // readyTimeout bounds the wait for the daemon's readiness report.
 const readyTimeout = 2 * time.Minute
 
-// runBackground starts the daemon child and waits for its readiness report.
-func runBackground(ctx context.Context, e Env, args []string) error {
+// runBackground starts the daemon child with the mount arguments args
+// (and extra flags before them) and waits for its readiness report. where,
+// if not empty, is the log destination the parent chose, told to a user
+// at a terminal once the mount is ready.
+func runBackground(ctx context.Context, e Env, args, extra []string, where string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding own executable: %w", err)
@@ -50,7 +53,7 @@ func runBackground(ctx context.Context, e Env, args []string) error {
 	}
 	defer errR.Close()
 
-	cmd := exec.Command(exe, append([]string{"mount", "--foreground"}, args...)...)
+	cmd := exec.Command(exe, append(append([]string{"mount", "--foreground"}, extra...), args...)...)
 	cmd.Env = append(os.Environ(), daemonEnv+"=3")
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{readyW}
@@ -104,6 +107,9 @@ wait:
 		select {
 		case <-copied:
 		case <-time.After(5 * time.Second):
+		}
+		if where != "" && isTerminal(e.Stderr) {
+			fmt.Fprintf(e.Stderr, "os2g: mount: mounted; the daemon logs to %s\n", where)
 		}
 		return cmd.Process.Release()
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -63,6 +64,9 @@ type mountFlags struct {
 	negativeTTL ttlFlag
 	maxMemory   sizeFlag
 	logFile     string
+	logFormat   string
+	logSyslog   bool
+	logMaxSize  sizeFlag
 	metricsAddr string
 	cacheDir    string
 	passthrough bool
@@ -77,6 +81,7 @@ func (m *mountFlags) register(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	m.fileMode.v, m.dirMode.v = 0o644, 0o755
 	m.metadataTTL.v, m.negativeTTL.v = fusefs.DefaultMetadataTTL, fusefs.DefaultNegativeTTL
+	m.logMaxSize.v = 100 << 20
 	flagGroup(fs, groupSource, func() {
 		m.conn.register(fs)
 	})
@@ -106,7 +111,10 @@ func (m *mountFlags) register(fs *pflag.FlagSet) {
 	})
 	flagGroup(fs, groupLogging, func() {
 		fs.BoolVarP(&m.debug, "debug", "d", false, "debug logging, including every FUSE request")
-		fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
+		fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr in the foreground; a background daemon logs to syslog/the journal, else to /var/log/os2g or $XDG_STATE_HOME/os2g, see docs/system.md)")
+		fs.BoolVar(&m.logSyslog, "log-syslog", false, "log to the local syslog (the journal on systemd hosts)")
+		fs.StringVar(&m.logFormat, "log-format", "text", "log line format: text (key=value) or json")
+		fs.Var(&m.logMaxSize, "log-max-size", "rotate a log file at this size, keeping 3 old ones; 0 never rotates (default 100MiB)")
 		fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	})
 	flagGroup(fs, groupGPU, func() {
@@ -125,6 +133,12 @@ func (m *mountFlags) validate() error {
 	}
 	if m.cacheSize.set && m.cacheSize.v <= 0 {
 		return usageErr("--cache-size must be positive (leave out --cache-dir for no disk cache)")
+	}
+	if m.logFormat != "text" && m.logFormat != "json" {
+		return usageErr(`--log-format must be "text" or "json", not %q`, m.logFormat)
+	}
+	if m.logSyslog && m.logFile != "" {
+		return usageErr("--log-syslog and --log-file exclude each other")
 	}
 	if m.passthrough && m.cacheDir == "" {
 		return usageErr("--passthrough needs --cache-dir")
@@ -178,7 +192,24 @@ func runMount(ctx context.Context, e Env, m *mountFlags, pos, raw []string) erro
 		return runDaemonChild(ctx, e, m, u, pos[1])
 	}
 	if !m.foreground {
-		return runBackground(ctx, e, raw)
+		var extra []string
+		where := ""
+		if m.logFile == "" && !m.logSyslog {
+			mp, err := filepath.Abs(pos[1])
+			if err != nil {
+				return err
+			}
+			d, err := chooseLogDest(e, os.Geteuid(), localSyslog, mp)
+			if err != nil {
+				return err
+			}
+			if d.syslog {
+				extra, where = []string{"--log-syslog"}, "syslog (journalctl -t os2g)"
+			} else {
+				extra, where = []string{"--log-file", d.path}, d.path
+			}
+		}
+		return runBackground(ctx, e, raw, extra, where)
 	}
 	return serveMount(ctx, e, m, u, pos[1], nil)
 }
@@ -187,28 +218,40 @@ func runMount(ctx context.Context, e Env, m *mountFlags, pos, raw []string) erro
 // non-nil return aborts the mount.
 type readyFunc func(err error) error
 
-// newLogger builds the daemon's logger: text to the log file or w. With
-// quiet (a background daemon without --log-file, whose stderr reaches the
-// user only until the mount is ready) info lines are left out, so a
-// successful mount prints nothing and warnings still show.
-func (m *mountFlags) newLogger(w io.Writer, quiet bool) (*slog.Logger, *os.File, error) {
-	var f *os.File
-	if m.logFile != "" {
-		var err error
-		f, err = os.OpenFile(m.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, nil, fmt.Errorf("opening --log-file: %w", err)
-		}
-		w = f
-	}
+// newLogger builds the daemon's logger, in --log-format: to syslog with
+// --log-syslog, to the (rotated) --log-file, else to w. With quiet (a
+// background daemon, whose stderr reaches the user only until the mount
+// is ready) info lines are left out of w, so a successful mount prints
+// nothing and warnings still show. The closer, if not nil, closes the
+// destination.
+func (m *mountFlags) newLogger(w io.Writer, quiet bool) (*slog.Logger, io.Closer, error) {
 	level := slog.LevelInfo
-	if quiet && f == nil {
-		level = slog.LevelWarn
-	}
 	if m.debug {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), f, nil
+	switch {
+	case m.logSyslog:
+		h, c, err := newSyslogHandler("", "", m.logFormat, level)
+		if err != nil {
+			return nil, nil, err
+		}
+		var out slog.Handler = h
+		if quiet {
+			// Until ready, warnings also reach the user's terminal.
+			out = teeHandler{h, newFormatHandler(m.logFormat, w, &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})}
+		}
+		return slog.New(out), c, nil
+	case m.logFile != "":
+		f, err := openLogFile(m.logFile, m.logMaxSize.v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening --log-file: %w", err)
+		}
+		return slog.New(newFormatHandler(m.logFormat, f, &slog.HandlerOptions{Level: level})), f, nil
+	}
+	if quiet && !m.debug {
+		level = slog.LevelWarn
+	}
+	return slog.New(newFormatHandler(m.logFormat, w, &slog.HandlerOptions{Level: level})), nil, nil
 }
 
 // serveMount checks everything, mounts, calls ready, and serves until the
