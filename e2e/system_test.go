@@ -192,3 +192,67 @@ func TestDefaultLogFile(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestActionableErrors: the failures a new user meets end in one sentence
+// naming the fix, with the right exit status (issue 16 item 4): no
+// credentials at all (and no instance metadata contacted), an empty
+// prefix (mounts, with a warning), and a user without access to
+// /dev/fuse.
+func TestActionableErrors(t *testing.T) {
+	e := newEnv(t)
+	mp := e.mountpoint()
+	home := t.TempDir()
+	noCreds := []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "HOME=" + home,
+		"AWS_CONFIG_FILE=" + filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(home, "credentials")}
+	r := e.run(noCreds, "mount", "s3://"+e.srv.Bucket, mp)
+	if r.code != 1 || !strings.Contains(r.stderr, "os2g: mount: no AWS credentials found; os2g looked in:") ||
+		!strings.Contains(r.stderr, "instance metadata (disabled by AWS_EC2_METADATA_DISABLED=true)") || isMounted(t, mp) {
+		t.Errorf("mount without credentials: exit %d, mounted %v, stderr %q", r.code, isMounted(t, mp), r.stderr)
+	}
+
+	// An empty prefix mounts, with a warning naming it.
+	r = e.run(nil, "mount", "--log-file", filepath.Join(t.TempDir(), "log"), "s3://"+e.srv.Bucket+"/no-such-prefix", mp)
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: s3://"+e.srv.Bucket+"/no-such-prefix/ holds no objects") || !isMounted(t, mp) {
+		t.Errorf("mount of an empty prefix: exit %d, mounted %v, stderr %q", r.code, isMounted(t, mp), r.stderr)
+	}
+	if r := e.run(nil, "umount", mp); r.code != 0 {
+		t.Errorf("os2g umount: exit %d: %s", r.code, r.stderr)
+	}
+
+	// A user who may not open /dev/fuse.
+	st, err := os.Stat("/dev/fuse")
+	if err != nil || st.Mode().Perm()&0o006 == 0o006 {
+		t.Logf("skipping the non-root case: every user may open /dev/fuse here")
+		return
+	}
+	dir, err := os.MkdirTemp("", "os2g-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "os2g")
+	b, err := os.ReadFile(e.bin)
+	if err == nil {
+		err = os.WriteFile(bin, b, 0o755)
+	}
+	userMp := filepath.Join(dir, "mnt")
+	if err == nil {
+		err = os.Mkdir(userMp, 0o777)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "mount", "--foreground", "s3://"+e.srv.Bucket, userMp)
+	cmd.Env = append(append([]string{}, e.env...), "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "may not open /dev/fuse (permission denied): run os2g as root, or give the user access") {
+		t.Errorf("mount as uid 65534: %v, output %q", err, out)
+	}
+}

@@ -125,6 +125,17 @@ func (c *connFlags) endpointInUse(e Env) string {
 	return ""
 }
 
+// regionInUse is the region requests are signed for, for messages ("" if
+// the SDK's default applies: the profile's, else us-east-1).
+func (c *connFlags) regionInUse(e Env) string {
+	for _, r := range []string{c.region, e.getenv("AWS_REGION"), e.getenv("AWS_DEFAULT_REGION")} {
+		if r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
 // options builds the objclient.Options for bucket. Credentials are left to
 // the SDK's default chain.
 func (c *connFlags) options(e Env, bucket string, log *slog.Logger) (objclient.Options, error) {
@@ -152,9 +163,18 @@ func (c *connFlags) options(e Env, bucket string, log *slog.Logger) (objclient.O
 // describeStoreErr turns a CheckBucket/objclient error into the one-line
 // message a user can act on. It never includes credentials.
 func describeStoreErr(err error, bucket, endpoint string) string {
+	return describeStoreErrIn(err, bucket, endpoint, "")
+}
+
+// describeStoreErrIn is describeStoreErr for a request signed for region
+// ("" for the default), which a region mismatch names.
+func describeStoreErrIn(err error, bucket, endpoint, region string) string {
 	where := endpoint
 	if where == "" {
 		where = "AWS S3"
+	}
+	if msg, ok := diagnoseStoreErr(err, bucket, where, region); ok {
+		return msg
 	}
 	switch {
 	case errors.Is(err, objclient.ErrNoSuchBucket):

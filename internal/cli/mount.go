@@ -313,6 +313,9 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkFUSEAccess(); err != nil {
+		return fail(err)
+	}
 	budget := m.maxMemory.v
 	if !m.maxMemory.set {
 		if budget, err = defaultMaxMemory(); err != nil {
@@ -371,15 +374,30 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkCredentials(setupCtx, m.conn.profile, e.getenv); err != nil {
+		return fail(err)
+	}
 	if err := checkBucket(setupCtx, opts); err != nil {
 		if setupCtx.Err() != nil && ctx.Err() == nil {
 			return fail(errors.New("interrupted"))
 		}
-		return fail(errors.New(describeStoreErr(err, u.Bucket, endpoint)))
+		return fail(errors.New(describeStoreErrIn(err, u.Bucket, endpoint, m.conn.regionInUse(e))))
 	}
 	store, err := objclient.New(setupCtx, opts)
 	if err != nil {
 		return fail(fmt.Errorf("object store client: %w", err))
+	}
+	if u.Prefix != "" {
+		// A prefix with no keys is most likely a typo; mount it anyway.
+		page, err := store.List(setupCtx, objclient.ListRequest{Prefix: u.Prefix, MaxKeys: 1})
+		if err == nil && len(page.Objects) == 0 && len(page.CommonPrefixes) == 0 {
+			msg := fmt.Sprintf("%s holds no objects: the mount starts empty (is the prefix right?)", u)
+			log.Warn(msg)
+			if logFile != nil && !m.logSyslog {
+				// The log is not the user's terminal; say it there too.
+				fmt.Fprintf(e.Stderr, "os2g: mount: warning: %s\n", msg)
+			}
+		}
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: "os2g", Subsystem: "s3", Name: "retries_total",

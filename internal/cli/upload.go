@@ -191,9 +191,12 @@ func runUpload(ctx context.Context, e Env, f *uploadFlags, pos []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkCredentials(ctx, conn.profile, e.getenv); err != nil {
+		return err
+	}
 	if err := checkBucket(ctx, opts); err != nil {
 		if !*createBucket || !errors.Is(err, objclient.ErrNoSuchBucket) {
-			return errors.New(describeStoreErr(err, u.Bucket, endpoint))
+			return errors.New(describeStoreErrIn(err, u.Bucket, endpoint, conn.regionInUse(e)))
 		}
 		if _, err := store.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(u.Bucket)}); err != nil {
 			return fmt.Errorf("creating bucket %q: %s", u.Bucket, oneLine(err.Error()))
