@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -348,9 +349,19 @@ func oneLine(s string) string {
 // commit as stamped at link time, else from the build information
 // (module version, vcs.revision and vcs.modified).
 func versionString(v, commit string) string {
-	bi, ok := debug.ReadBuildInfo()
+	v, commit = versionParts(v, commit)
+	if commit != "" {
+		v += " (commit " + commit + ")"
+	}
+	return v + " " + runtime.Version()
+}
+
+// versionParts returns the version ("(devel)" if unknown) and the commit
+// (12 hex digits, "-dirty" for a modified tree; "" if unknown): the
+// stamped values, else the build information's.
+func versionParts(v, commit string) (string, string) {
 	dirty := ""
-	if ok {
+	if bi, ok := debug.ReadBuildInfo(); ok {
 		if v == "" {
 			v = bi.Main.Version
 		}
@@ -367,14 +378,11 @@ func versionString(v, commit string) string {
 	if v == "" {
 		v = "(devel)"
 	}
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
 	if commit != "" {
-		if len(commit) > 12 {
-			commit = commit[:12]
-		}
-		v += " (commit " + commit + dirty + ")"
+		commit += dirty
 	}
-	if ok {
-		v += " " + bi.GoVersion
-	}
-	return v
+	return v, commit
 }

@@ -349,6 +349,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, e.Version, e.Commit)
 	if dcache != nil {
 		reg.MustRegister(newDiskCacheCollector(dcache))
 	}
@@ -383,6 +384,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		}
 		return fail(errors.New(describeStoreErrIn(err, u.Bucket, endpoint, m.conn.regionInUse(e))))
 	}
+	opts.Registerer = reg
 	store, err := objclient.New(setupCtx, opts)
 	if err != nil {
 		return fail(fmt.Errorf("object store client: %w", err))
@@ -417,7 +419,8 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	defer pm.Close()
 
 	s, err := fusefs.Mount(mp, fusefs.Options{
-		Store:       store,
+		Store:       meteredStore{store, newUploadMetrics(reg)},
+		Registerer:  reg,
 		Prefix:      u.Prefix,
 		Prefetch:    pm,
 		ReadOnly:    m.readOnly,
@@ -513,6 +516,7 @@ func checkBucket(ctx context.Context, opts objclient.Options) error {
 	probe.RequestTimeout = 10 * time.Second
 	probe.StallTimeout = 10 * time.Second
 	probe.Logger = slog.New(slog.DiscardHandler)
+	probe.Registerer = nil // the probe's requests are not the mount's
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := objclient.New(ctx, probe)
