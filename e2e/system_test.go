@@ -40,6 +40,10 @@ func TestFstab(t *testing.T) {
 	if r := e.run(nil, "upload", "--quiet", src, "s3://"+e.srv.Bucket+"/fstab"); r.code != 0 {
 		t.Fatalf("os2g upload: exit %d: %s", r.code, r.stderr)
 	}
+	// A rerun uploads nothing: the bucket holds the file unchanged.
+	if r := e.run(nil, "upload", src, "s3://"+e.srv.Bucket+"/fstab"); r.code != 0 || !strings.Contains(r.stderr, "uploaded 0 files") || !strings.Contains(r.stderr, "1 unchanged files skipped") {
+		t.Errorf("os2g upload rerun: exit %d: %s", r.code, r.stderr)
+	}
 	auto, noauto, bad := e.mountpoint(), e.mountpoint(), e.mountpoint()
 	source := e.bin + "#s3://" + e.srv.Bucket + "/fstab"
 	fstab := filepath.Join(t.TempDir(), "fstab")

@@ -519,3 +519,50 @@ func TestHelperArgs(t *testing.T) {
 		t.Errorf("helper call with s3://data//x: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestUploadSkipsUnchanged: a rerun skips the files the store holds with
+// the same size and a time not older than the file's (aws s3 sync's rule),
+// and uploads the ones that changed in size or were modified since.
+func TestUploadSkipsUnchanged(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{"same.txt": "same", "grown.txt": "v1", "touched.txt": "t", "new.txt": ""} {
+		if name == "new.txt" {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := objtest.NewMem()
+	ctx := context.Background()
+	list, err := collectUploads(dir, "p/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prog uploadProgress
+	if err := uploadAll(ctx, store, list, 2, 0, &prog); err != nil {
+		t.Fatal(err)
+	}
+	// Changes after the upload: a size change, a newer mtime, a new file.
+	if err := os.WriteFile(filepath.Join(dir, "grown.txt"), []byte("v2 longer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "touched.txt"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new.txt"), []byte("n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err = collectUploads(dir, "p/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := unchangedUploads(ctx, store, "p/", list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(same) != 1 || !same["p/same.txt"] {
+		t.Errorf("unchanged: %v, want only p/same.txt", same)
+	}
+}
