@@ -321,7 +321,11 @@ func printGroupedHelp(c *cobra.Command) {
 		}
 	}
 	for _, g := range order {
-		fmt.Fprintf(w, "\n%s:\n%s", g, sets[g].FlagUsagesWrapped(100))
+		title := g
+		if len(order) == 1 {
+			title = "Flags"
+		}
+		fmt.Fprintf(w, "\n%s:\n%s", title, sets[g].FlagUsagesWrapped(100))
 	}
 }
 
