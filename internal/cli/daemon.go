@@ -21,8 +21,10 @@ import (
 // "os2g mount --foreground ARGS..." with daemonEnv=3 in the environment, in a
 // new session (so the terminal's ^C and hang-up do not reach it), stdin and
 // stdout on /dev/null, stderr on a pipe to the parent and a readiness pipe as
-// fd 3. The child mounts, then points its fd 2 at the log file (or
-// /dev/null) — which ends the parent's copy of its stderr — and writes
+// fd 3. Without --log-file the parent first chooses the daemon's log
+// destination (logdest.go) and passes it on as --log-file or --log-syslog.
+// The child mounts, then points its fd 2 at the log file (or /dev/null when
+// it logs to syslog) — which ends the parent's copy of its stderr — and writes
 // "ready\n" or "error: MESSAGE\n" to fd 3. The parent exits 0 on "ready";
 // otherwise it prints the message (or the child's exit status if the child
 // died without one) and exits 1. If the parent goes away before the child is
