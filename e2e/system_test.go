@@ -214,6 +214,20 @@ func TestActionableErrors(t *testing.T) {
 		t.Errorf("mount without credentials: exit %d, mounted %v, stderr %q", r.code, isMounted(t, mp), r.stderr)
 	}
 
+	// A region mismatch, and plain HTTP on an https:// endpoint.
+	r = e.run(nil, "mount", "--region", "eu-west-1", "s3://"+e.srv.Bucket, mp)
+	if r.code != 1 || !strings.Contains(r.stderr, `os2g: mount: bucket "`+e.srv.Bucket+`" is not in region eu-west-1`) || !strings.Contains(r.stderr, "pass --region") {
+		t.Errorf("mount with the wrong region: exit %d, stderr %q", r.code, r.stderr)
+	}
+	https := "https://" + strings.TrimPrefix(e.srv.URL, "http://")
+	r = e.run(nil, "mount", "--endpoint-url", https, "s3://"+e.srv.Bucket, mp)
+	if r.code != 1 || !strings.Contains(r.stderr, "os2g: mount: "+https+" does not speak TLS (it answered in plain HTTP); use an http:// endpoint URL") {
+		t.Errorf("mount with https:// to a plain HTTP server: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if isMounted(t, mp) {
+		t.Fatalf("%s mounted after failed mounts", mp)
+	}
+
 	// An empty prefix mounts, with a warning naming it.
 	r = e.run(nil, "mount", "--log-file", filepath.Join(t.TempDir(), "log"), "s3://"+e.srv.Bucket+"/no-such-prefix", mp)
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: s3://"+e.srv.Bucket+"/no-such-prefix/ holds no objects") || !isMounted(t, mp) {
