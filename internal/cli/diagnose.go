@@ -185,8 +185,9 @@ func fuseAccessProblem(euid int, userName string, access func(path string, mode 
 	return ""
 }
 
-// checkFUSEAccess runs fuseAccessProblem for this process.
-func checkFUSEAccess() error {
+// checkFUSEAccess runs fuseAccessProblem for this process, and with
+// allowOther allowOtherProblem for /etc/fuse.conf.
+func checkFUSEAccess(allowOther bool) error {
 	name := fmt.Sprint(os.Geteuid())
 	if u, err := user.LookupId(name); err == nil {
 		name = u.Username
@@ -194,7 +195,30 @@ func checkFUSEAccess() error {
 	if p := fuseAccessProblem(os.Geteuid(), name, syscall.Access, exec.LookPath); p != "" {
 		return errors.New(p)
 	}
+	if allowOther {
+		if p := allowOtherProblem(os.Geteuid(), "/etc/fuse.conf"); p != "" {
+			return errors.New(p)
+		}
+	}
 	return nil
+}
+
+// allowOtherProblem says why --allow-other will fail for a non-root user:
+// fusermount3 refuses allow_other unless the FUSE configuration file conf
+// has a user_allow_other line. "" when nothing is in the way.
+func allowOtherProblem(euid int, conf string) string {
+	if euid == 0 {
+		return ""
+	}
+	b, err := os.ReadFile(conf)
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.TrimSpace(line) == "user_allow_other" {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("--allow-other needs the line user_allow_other in %s for a user other than root (add it as root, or mount without --allow-other)", conf)
 }
 
 // getenvOS is os.Getenv (for tests that read what the SDK reads).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -148,6 +149,25 @@ func TestFUSEAccessProblem(t *testing.T) {
 		got := fuseAccessProblem(tc.euid, "alice", tc.access, tc.look)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("euid %d: %q, want %q", tc.euid, got, tc.want)
+		}
+	}
+}
+
+func TestAllowOtherProblem(t *testing.T) {
+	dir := t.TempDir()
+	with := filepath.Join(dir, "with.conf")
+	without := filepath.Join(dir, "without.conf")
+	os.WriteFile(with, []byte("# mount_max = 1000\n user_allow_other \n"), 0o644)
+	os.WriteFile(without, []byte("#user_allow_other\n"), 0o644)
+	if p := allowOtherProblem(1000, with); p != "" {
+		t.Errorf("with user_allow_other: %q", p)
+	}
+	if p := allowOtherProblem(0, without); p != "" {
+		t.Errorf("root: %q", p)
+	}
+	for _, conf := range []string{without, filepath.Join(dir, "missing.conf")} {
+		if p := allowOtherProblem(1000, conf); !strings.Contains(p, "--allow-other needs the line user_allow_other in "+conf) {
+			t.Errorf("%s: %q", conf, p)
 		}
 	}
 }

@@ -313,7 +313,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
-	if err := checkFUSEAccess(); err != nil {
+	if err := checkFUSEAccess(m.allowOther); err != nil {
 		return fail(err)
 	}
 	budget := m.maxMemory.v
