@@ -91,6 +91,8 @@ os2g_s3_requests_total{op="ListObjectsV2",status="200"} 2
 os2g_s3_request_duration_seconds_bucket{op="GetObject",le="+Inf"} 43
 os2g_s3_request_duration_seconds_sum{op="GetObject"} 0.86
 os2g_s3_request_duration_seconds_count{op="GetObject"} 43
+# TYPE os2g_s3_retries_total counter
+os2g_s3_retries_total 7
 # TYPE os2g_uploads_started_total counter
 os2g_uploads_started_total 4
 # TYPE os2g_uploads_committed_total counter
@@ -119,6 +121,7 @@ os2g_upload_commit_duration_seconds_count 4
 		"FUSE errors     lookup ENOENT 5, read EIO 2\n",
 		"S3 requests     GetObject 43 (20.0 ms), ListObjectsV2 2\n",
 		"S3 errors       GetObject 503 3\n",
+		"retries         7 S3 requests sent again (throttled or failed)\n",
 		"uploads         4 started, 3 committed, 1 failed; 3.0 MiB written in 5 parts; commit 25.0 ms on average\n",
 	} {
 		if !strings.Contains(got, want) {

@@ -496,7 +496,11 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	}
 	sort.Strings(retries)
 	for _, name := range retries {
-		row("retries", "%s %s", num(name), strings.TrimPrefix(name, "os2g_"))
+		what := strings.TrimPrefix(name, "os2g_")
+		if name == "os2g_s3_retries_total" {
+			what = "S3 requests sent again (throttled or failed)"
+		}
+		row("retries", "%s %s", num(name), what)
 	}
 	cpu := "-"
 	if v, ok := ms.get("process_cpu_seconds_total"); ok {
