@@ -180,6 +180,10 @@ func TestDefaultLogFile(t *testing.T) {
 	logPath := filepath.Join("/var/log/os2g", name)
 	t.Cleanup(func() { os.Remove(logPath) })
 	e.mount(mp)
+	// os2g stats names the destination.
+	if r := e.run(nil, "stats", mp); r.code != 0 || !strings.Contains(r.stdout, "log             "+logPath+"\n") {
+		t.Errorf("os2g stats: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	if r := e.run(nil, "umount", mp); r.code != 0 {
 		t.Fatalf("os2g umount: exit %d: %s", r.code, r.stderr)
 	}

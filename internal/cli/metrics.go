@@ -113,3 +113,15 @@ func registerBuildInfo(reg prometheus.Registerer, version, commit string) {
 	g.Set(1)
 	reg.MustRegister(g)
 }
+
+// registerLogInfo registers os2g_log_info{destination} 1: where the
+// daemon logs (a file path, "syslog" or "stderr"), for os2g stats.
+func registerLogInfo(reg prometheus.Registerer, destination string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "os2g", Name: "log_info",
+		Help:        "1, labelled with where the daemon logs (a file, syslog or stderr)",
+		ConstLabels: prometheus.Labels{"destination": destination},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}

@@ -72,7 +72,9 @@ func TestMeteredStore(t *testing.T) {
 // TestRenderStatsInWords: FUSE operations, S3 requests, uploads and the
 // build show in words, with mean times from the histograms.
 func TestRenderStatsInWords(t *testing.T) {
-	const text = `# TYPE os2g_build_info gauge
+	const text = `# TYPE os2g_log_info gauge
+os2g_log_info{destination="/var/log/os2g/mnt-data.log"} 1
+# TYPE os2g_build_info gauge
 os2g_build_info{commit="abcdef012345",goversion="go1.26.8",version="v1.2.3"} 1
 # TYPE os2g_fuse_ops_total counter
 os2g_fuse_ops_total{op="read",status="ok"} 300
@@ -117,6 +119,7 @@ os2g_upload_commit_duration_seconds_count 4
 	got := b.String()
 	for _, want := range []string{
 		"version         v1.2.3 (commit abcdef012345), go1.26.8\n",
+		"log             /var/log/os2g/mnt-data.log\n",
 		"FUSE ops        read 302 (2.0 ms), lookup 25\n",
 		"FUSE errors     lookup ENOENT 5, read EIO 2\n",
 		"S3 requests     GetObject 43 (20.0 ms), ListObjectsV2 2\n",

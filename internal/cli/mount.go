@@ -350,6 +350,16 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, e.Version, e.Commit)
+	switch {
+	case m.logSyslog:
+		registerLogInfo(reg, "syslog")
+	case m.logFile != "":
+		if abs, err := filepath.Abs(m.logFile); err == nil {
+			registerLogInfo(reg, abs)
+		}
+	default:
+		registerLogInfo(reg, "stderr")
+	}
 	if dcache != nil {
 		reg.MustRegister(newDiskCacheCollector(dcache))
 	}

@@ -432,6 +432,9 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 		}
 		row("version", "%s, %s", v, l["goversion"])
 	}
+	if li := ms["os2g_log_info"]; len(li) > 0 {
+		row("log", "%s", li[0].labels["destination"])
+	}
 	if start, ok := ms.get("process_start_time_seconds"); ok && start > 0 {
 		up := now.Sub(time.Unix(int64(start), 0)).Round(time.Second)
 		row("daemon uptime", "%v", up)
