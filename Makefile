@@ -2,13 +2,29 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 GO ?= go
+# Stamped into the binary (os2g --version); a checkout without git builds too.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build deps demo test test-short vet bench bench-quick gpu-check clean
+.PHONY: all build install deps demo test test-short vet bench bench-quick gpu-check clean
 
 all: build
 
 build:
-	$(GO) build -o bin/os2g ./cmd/os2g
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/os2g ./cmd/os2g
+
+# Installs os2g, and /sbin/mount.fuse.os2g for mount(8) and /etc/fstab
+# ("mount -t fuse.os2g s3://bucket/prefix /mnt/data -o read-only"), and the
+# systemd unit template (docs/system.md).
+PREFIX ?= /usr/local
+SBINDIR ?= /sbin
+UNITDIR ?= /etc/systemd/system
+install: build
+	install -D -m 0755 bin/os2g $(DESTDIR)$(PREFIX)/bin/os2g
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(PREFIX)/bin/os2g $(DESTDIR)$(SBINDIR)/mount.fuse.os2g
+	install -D -m 0644 deploy/systemd/os2g@.service $(DESTDIR)$(UNITDIR)/os2g@.service
 
 deps:
 	bash scripts/install-deps.sh

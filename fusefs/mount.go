@@ -15,6 +15,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is a mounted filesystem.
@@ -96,14 +97,14 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 	} else {
 		mo.Logger = log.New(logWriter{o.Logger, slog.LevelWarn}, "", 0)
 	}
-	srv, err := fs.Mount(mp, root, &fs.Options{
+	srv, err := mountNodeFS(mp, root, &fs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &ttl,
 		AttrTimeout:     &ttl,
 		NegativeTimeout: &neg,
 		UID:             o.UID,
 		GID:             o.GID,
-	})
+	}, o.Registerer)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mp, err)
@@ -120,6 +121,27 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// mountNodeFS is fs.Mount with the node file system wrapped in meteredFS
+// when reg is set.
+func mountNodeFS(mp string, root fs.InodeEmbedder, opts *fs.Options, reg prometheus.Registerer) (*fuse.Server, error) {
+	if reg == nil {
+		return fs.Mount(mp, root, opts)
+	}
+	m, err := newOpMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := fuse.NewServer(meteredFS{fs.NewNodeFS(root, opts), m}, mp, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }
 
 // setReadAhead raises the kernel readahead of the mount's backing device

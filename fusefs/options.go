@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -101,6 +103,9 @@ type Options struct {
 	// and ordinary opens of one inode, and an open racing an overwrite's
 	// asynchronous RELEASE can still hit that (docs/semantics.md).
 	Passthrough bool
+	// Registerer, if set, receives the FUSE operation metrics (requests
+	// by operation and result, with latency histograms; metrics.go).
+	Registerer prometheus.Registerer
 	// FSName is the mount source shown in /proc/mounts (default "os2g").
 	FSName string
 	// MaxBackground is the kernel's limit of asynchronous requests

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configures an S3 store. Zero values take the defaults noted.
@@ -21,6 +23,11 @@ type Options struct {
 	// AccessKeyID, SecretAccessKey, SessionToken: static credentials that
 	// replace the default credential chain when AccessKeyID is set.
 	AccessKeyID, SecretAccessKey, SessionToken string
+
+	// Registerer, if set, receives the request metrics (requests by S3
+	// operation and HTTP status, time to response headers, multipart
+	// parts; see metrics.go). Stores sharing a registry share them.
+	Registerer prometheus.Registerer
 
 	// MaxConnsPerHost caps idle and active connections to the endpoint (default 256).
 	MaxConnsPerHost int

@@ -114,6 +114,11 @@ func New(ctx context.Context, o Options) (*S3, error) {
 	s.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
 		so.Retryer = countRetries{so.Retryer, &s.retries}
 		so.UsePathStyle = o.ForcePathStyle
+		if o.Registerer != nil {
+			// Here, not in the config: the config needs the
+			// BuildableClient itself (AWS_CA_BUNDLE).
+			so.HTTPClient = instrumentedClient{inner: so.HTTPClient, m: newRequestMetrics(o.Registerer)}
+		}
 		// Ranged GETs never carry a whole-object checksum; do not log each one.
 		so.DisableLogOutputChecksumValidationSkipped = true
 		if o.Endpoint != "" {

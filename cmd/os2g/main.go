@@ -9,7 +9,8 @@
 //	os2g upload [flags] LOCALDIR s3://BUCKET[/PREFIX]
 //	os2g warm [--concurrency N] PATH...
 //	os2g stats [--raw] MOUNTPOINT
-//	os2g version
+//	os2g completion bash|zsh|fish
+//	os2g version (or os2g --version)
 //
 // Run "os2g help COMMAND" or "os2g COMMAND --help" for each command's flags.
 // The work is done by package github.com/os2g/os2g/internal/cli; this file
@@ -23,9 +24,12 @@ import (
 	"github.com/os2g/os2g/internal/cli"
 )
 
-// version is set at link time: go build -ldflags "-X main.version=v0.1.0".
+// version and commit are set at link time (the Makefile does):
+//
+//	go build -ldflags "-X main.version=v0.1.0 -X main.commit=$(git rev-parse HEAD)"
+//
 // Empty means "take it from the module's build information".
-var version string
+var version, commit string
 
 func main() {
 	os.Exit(cli.Main(context.Background(), cli.Env{
@@ -34,5 +38,6 @@ func main() {
 		Stderr:  os.Stderr,
 		Getenv:  os.Getenv,
 		Version: version,
+		Commit:  commit,
 	}))
 }

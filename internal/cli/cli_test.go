@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/objclient/objtest"
@@ -99,13 +101,14 @@ func TestParseS3URL(t *testing.T) {
 }
 
 func TestParseInterspersed(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	ro := fs.Bool("read-only", false, "")
 	uid := fs.Int("uid", 0, "")
-	pos, err := parseInterspersed(fs, []string{"s3://b", "--read-only", "/mnt", "--uid", "7", "--", "--not-a-flag"})
+	err := fs.Parse([]string{"s3://b", "--read-only", "/mnt", "--uid", "7", "--", "--not-a-flag"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pos := fs.Args()
 	if !*ro || *uid != 7 {
 		t.Errorf("flags: read-only %v uid %d", *ro, *uid)
 	}
@@ -137,7 +140,7 @@ func TestMainUsage(t *testing.T) {
 		{[]string{"umount", "--help"}, 0, "fusermount3 -u", ""},
 		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{[]string{"mount", "s3://b"}, 2, "", "os2g: mount: want 2 arguments"},
-		{[]string{"mount", "--bogus", "s3://b", "/mnt"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"mount", "--bogus", "s3://b", "/mnt"}, 2, "", "unknown flag: --bogus"},
 		{[]string{"mount", "bucket", "/mnt"}, 2, "", "not an s3:// URL"},
 		{[]string{"mount", "--max-memory", "lots", "s3://b", "/mnt"}, 2, "", "invalid size"},
 		{[]string{"mount", "--file-mode", "999", "s3://b", "/mnt"}, 2, "", "invalid mode"},
@@ -293,7 +296,7 @@ func TestConnOptionsPathStyle(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var c connFlags
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		c.register(fs)
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
@@ -373,5 +376,193 @@ func TestUploadStopsAtFirstError(t *testing.T) {
 	}
 	if n := prog.files.Load(); n != 3 {
 		t.Errorf("uploaded %d files before stopping; want 3 (concurrency 1)", n)
+	}
+}
+
+// TestMainConventions: the CLI conventions of issue 16 (help of help,
+// version and commit, completion, typo suggestions, short flags, grouped
+// help) and usage errors that name the flag or argument (issue 14 item 7).
+func TestMainConventions(t *testing.T) {
+	tests := []struct {
+		args     []string
+		code     int
+		inStdout []string
+		inStderr []string
+	}{
+		{[]string{"help", "--help"}, 0, []string{"os2g help [command]"}, nil},
+		{[]string{"help", "help"}, 0, []string{"os2g help [command]"}, nil},
+		{[]string{"--version"}, 0, []string{"os2g v-test (commit 0123456789ab)"}, nil},
+		{[]string{"version"}, 0, []string{"os2g v-test (commit 0123456789ab)"}, nil},
+		{[]string{"completion", "bash"}, 0, []string{"bash completion", "__start_os2g"}, nil},
+		{[]string{"completion", "zsh"}, 0, []string{"#compdef os2g"}, nil},
+		{[]string{"completion", "fish"}, 0, []string{"complete -c os2g"}, nil},
+		{[]string{"mont", "s3://b", "/mnt"}, 2, nil, []string{`unknown command "mont"`, `did you mean "mount"?`}},
+		{[]string{"mount", "--endpiont-url", "x", "s3://b", "/mnt"}, 2, nil, []string{"unknown flag: --endpiont-url", "did you mean --endpoint-url?"}},
+		{[]string{"mount", "--help"}, 0, []string{"Source flags:", "Caching flags:", "Memory flags:", "Writes flags:", "Logging and metrics flags:", "GPU direct placement flags:", "-f, --foreground", "-d, --debug", "--metadata-ttl ttl"}, nil},
+		{[]string{"mount", "--metadata-ttl", "soon", "s3://b", "/mnt"}, 2, nil, []string{`"--metadata-ttl"`, `invalid TTL "soon"`}},
+		{[]string{"mount", "--negative-ttl", "-5", "s3://b", "/mnt"}, 2, nil, []string{`"--negative-ttl"`, "negative"}},
+		{[]string{"mount", "--cache-dir", "/tmp/x", "--cache-size", "0", "s3://b", "/mnt"}, 2, nil, []string{"os2g: mount: --cache-size must be positive"}},
+		{[]string{"mount", "--max-memory", "0", "s3://b", "/mnt"}, 2, nil, []string{"os2g: mount: --max-memory must be positive"}},
+		{[]string{"mount", "--part-size", "1", "s3://data/x", "/mnt"}, 2, nil, []string{"os2g: mount: --part-size"}},
+		{[]string{"upload", "--part-size", "1", "/tmp", "s3://data/x"}, 2, nil, []string{"os2g: upload: --part-size"}},
+		{[]string{"mount", "s3://data//x", "/mnt"}, 2, nil, []string{`os2g: mount: "s3://data//x" has an empty path component`}},
+		{[]string{"upload", "/tmp", "s3://data/a/../b"}, 2, nil, []string{`".." path component`}},
+		{[]string{"mount", "--uid", "x", "s3://b", "/mnt"}, 2, nil, []string{`"--uid"`}},
+		{[]string{"mount", "-f", "--gdd-socket", "/tmp/s", "--gdd-device", "tpu", "s3://b", "/mnt"}, 2, nil, []string{"--gdd-device"}},
+		{[]string{"warm", "--concurrency", "0", "/tmp"}, 2, nil, []string{"--concurrency"}},
+		{[]string{"stats"}, 2, nil, []string{"want 1 argument, MOUNTPOINT"}},
+		{[]string{"version", "extra"}, 2, nil, []string{"takes no arguments"}},
+	}
+	for _, tc := range tests {
+		var o, e bytes.Buffer
+		code := Main(context.Background(), Env{Args: tc.args, Stdout: &o, Stderr: &e, Version: "v-test", Commit: "0123456789abcdef"})
+		ok := code == tc.code
+		for _, w := range tc.inStdout {
+			ok = ok && strings.Contains(o.String(), w)
+		}
+		for _, w := range tc.inStderr {
+			ok = ok && strings.Contains(e.String(), w)
+		}
+		if !ok {
+			t.Errorf("os2g %q: exit %d (want %d)\nstdout: %s\nstderr: %s", tc.args, code, tc.code, o.String(), e.String())
+		}
+	}
+}
+
+// TestMountFlagsParse: short flags and the TTL forms reach mountFlags.
+func TestMountFlagsParse(t *testing.T) {
+	tests := []struct {
+		args []string
+		ttl  time.Duration
+		fg   bool
+		dbg  bool
+	}{
+		{[]string{"-f", "-d"}, time.Minute, true, true},
+		{[]string{"-fd", "--metadata-ttl", "30"}, 30 * time.Second, true, true},
+		{[]string{"--metadata-ttl=90s"}, 90 * time.Second, false, false},
+		{[]string{"--metadata-ttl", "indefinite"}, TTLIndefinite, false, false},
+		{[]string{"--metadata-ttl", "minimal"}, time.Second, false, false},
+		{[]string{"--metadata-ttl", "0.5"}, 500 * time.Millisecond, false, false},
+		{[]string{"--metadata-ttl", "0"}, 0, false, false},
+	}
+	for _, tc := range tests {
+		var m mountFlags
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		m.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if m.metadataTTL.v != tc.ttl || m.foreground != tc.fg || m.debug != tc.dbg {
+			t.Errorf("%q: ttl %v foreground %v debug %v; want %v %v %v", tc.args, m.metadataTTL.v, m.foreground, m.debug, tc.ttl, tc.fg, tc.dbg)
+		}
+	}
+	if got := nonzeroTTL(0); got != time.Nanosecond {
+		t.Errorf("nonzeroTTL(0) = %v", got)
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		d    int
+	}{{"", "", 0}, {"abc", "abc", 0}, {"endpiont-url", "endpoint-url", 2}, {"readonly", "read-only", 1}, {"", "ab", 2}, {"kitten", "sitting", 3}} {
+		if got := editDistance(tc.a, tc.b); got != tc.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
+		}
+	}
+}
+
+// TestHelperArgs: mount helper command lines (mount.fuse3's and mount(8)'s
+// /sbin/mount.fuse.os2g calling conventions) become os2g mount arguments.
+func TestHelperArgs(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // the mount arguments, space-separated
+		fake bool
+		err  string
+	}{
+		{[]string{"s3://b/p", "/mnt/d", "-o", "rw,noexec,nosuid,nodev,endpoint-url=http://127.0.0.1:7070,allow_other"},
+			"--endpoint-url=http://127.0.0.1:7070 --allow-other -- s3://b/p /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-o", "ro,_netdev,nofail,defaults,x-systemd.automount,max_memory=2GiB,comment=\"a,b\"", "-t", "fuse.os2g", "-n"},
+			"--read-only --max-memory=2GiB -- s3://b /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-oread-only,immutable", "-o", "metadata_ttl=indefinite"},
+			"--read-only --immutable --metadata-ttl=indefinite -- s3://b /mnt/d", false, ""},
+		{[]string{"s3://b", "/mnt/d", "-f", "-o", "ro"}, "--read-only -- s3://b /mnt/d", true, ""},
+		{[]string{"s3://b", "/mnt/d", "-o", "endpont-url=x"}, "", false, "-o endpont-url: unknown option (did you mean endpoint-url?)"},
+		{[]string{"s3://b", "/mnt/d", "-t", "nfs"}, "", false, "-t nfs"},
+		{[]string{"s3://b", "-o", "ro"}, "", false, "want 2 arguments"},
+		{[]string{"s3://b", "/mnt/d", "-o"}, "", false, "-o needs a value"},
+	}
+	for _, tc := range tests {
+		var m mountFlags
+		fs := pflag.NewFlagSet("mount", pflag.ContinueOnError)
+		m.register(fs)
+		got, fake, err := helperArgs(tc.args, fs)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errUsage) {
+				t.Errorf("%q: err %v, want a usage error with %q", tc.args, err, tc.err)
+			}
+		case err != nil || strings.Join(got, " ") != tc.want || fake != tc.fake:
+			t.Errorf("%q: %q fake %v err %v; want %q fake %v", tc.args, got, fake, err, tc.want, tc.fake)
+		}
+	}
+	// Through Main: a helper call with an unknown option exits 2.
+	code, _, errOut := runMain(t, nil, "s3://b", "/mnt/d", "-o", "bogus")
+	if code != 2 || !strings.Contains(errOut, "os2g: mount: -o bogus: unknown option") {
+		t.Errorf("helper call with -o bogus: exit %d, stderr %q", code, errOut)
+	}
+	// A helper call reaches mount's own checks (the bad URL is one).
+	code, _, errOut = runMain(t, nil, "s3://data//x", "/mnt/d", "-o", "ro")
+	if code != 2 || !strings.Contains(errOut, "empty path component") {
+		t.Errorf("helper call with s3://data//x: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestUploadSkipsUnchanged: a rerun skips the files the store holds with
+// the same size and a time not older than the file's (aws s3 sync's rule),
+// and uploads the ones that changed in size or were modified since.
+func TestUploadSkipsUnchanged(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{"same.txt": "same", "grown.txt": "v1", "touched.txt": "t", "new.txt": ""} {
+		if name == "new.txt" {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := objtest.NewMem()
+	ctx := context.Background()
+	list, err := collectUploads(dir, "p/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prog uploadProgress
+	if err := uploadAll(ctx, store, list, 2, 0, &prog); err != nil {
+		t.Fatal(err)
+	}
+	// Changes after the upload: a size change, a newer mtime, a new file.
+	if err := os.WriteFile(filepath.Join(dir, "grown.txt"), []byte("v2 longer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "touched.txt"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new.txt"), []byte("n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err = collectUploads(dir, "p/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := unchangedUploads(ctx, store, "p/", list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(same) != 1 || !same["p/same.txt"] {
+		t.Errorf("unchanged: %v, want only p/same.txt", same)
 	}
 }

@@ -3,12 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/objclient"
 )
@@ -38,10 +39,34 @@ func ParseS3URL(s string) (S3URL, error) {
 	if strings.ContainsAny(bucket, " ?#\\") {
 		return S3URL{}, fmt.Errorf("%q: invalid bucket name %q", s, bucket)
 	}
+	// Each prefix component becomes a directory name: "", "." and ".."
+	// cannot be one (s3://data//x, s3://data/a/../b).
+	for i, c := range strings.Split(strings.TrimSuffix(prefix, "/"), "/") {
+		if prefix == "" {
+			break
+		}
+		switch c {
+		case "":
+			return S3URL{}, fmt.Errorf("%q has an empty path component (component %d of the prefix; write s3://%s/%s)", s, i+1, bucket, cleanPrefix(prefix))
+		case ".", "..":
+			return S3URL{}, fmt.Errorf("%q has a %q path component, which cannot be a directory name", s, c)
+		}
+	}
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
 	return S3URL{Bucket: bucket, Prefix: prefix}, nil
+}
+
+// cleanPrefix drops empty components from a prefix ("a//b/" -> "a/b").
+func cleanPrefix(p string) string {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" {
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, "/")
 }
 
 // connFlags are the connection flags shared by mount and upload.
@@ -51,27 +76,40 @@ type connFlags struct {
 	profile        string
 	forcePathStyle bool
 	partSize       sizeFlag
-	fs             *flag.FlagSet
+	fs             *pflag.FlagSet
 }
 
-func (c *connFlags) register(fs *flag.FlagSet) {
+// register defines the source flags (endpoint, region, profile, addressing).
+func (c *connFlags) register(fs *pflag.FlagSet) {
 	c.fs = fs
 	fs.StringVar(&c.endpoint, "endpoint-url", "", "S3 endpoint URL, e.g. http://127.0.0.1:7070 (default: $AWS_ENDPOINT_URL, else AWS)")
 	fs.StringVar(&c.region, "region", "", "region (default: $AWS_REGION or the profile's, else us-east-1)")
 	fs.StringVar(&c.profile, "profile", "", "shared config/credentials profile (default: $AWS_PROFILE or default)")
 	fs.BoolVar(&c.forcePathStyle, "force-path-style", false, "path-style addressing (endpoint/bucket/key); defaults to true when an endpoint URL is given (flag or $AWS_ENDPOINT_URL), pass --force-path-style=false for virtual-hosted style")
-	fs.Var(&c.partSize, "part-size", "size of ranged GETs and of multipart upload parts, e.g. 8MiB (default: each layer's own, 8 MiB)")
+}
+
+// registerPartSize defines --part-size.
+func (c *connFlags) registerPartSize(fs *pflag.FlagSet) {
+	fs.Var(&c.partSize, "part-size", "size of ranged GETs and of multipart upload parts, 5MiB to 5GiB, e.g. 8MiB (default 8MiB)")
+}
+
+// Part size bounds of S3 multipart uploads, bytes.
+const (
+	minPartSize = 5 << 20
+	maxPartSize = 5 << 30
+)
+
+// validate checks the flag values that need no network (exit status 2).
+func (c *connFlags) validate() error {
+	if c.partSize.set && (c.partSize.v < minPartSize || c.partSize.v > maxPartSize) {
+		return usageErr("--part-size %s is outside S3's multipart part sizes, 5MiB to 5GiB", FormatSize(c.partSize.v))
+	}
+	return nil
 }
 
 // wasSet reports whether the named flag was given on the command line.
-func wasSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == name {
-			set = true
-		}
-	})
-	return set
+func wasSet(fs *pflag.FlagSet, name string) bool {
+	return fs != nil && fs.Changed(name)
 }
 
 // endpointInUse is the endpoint the SDK will talk to, for messages.
@@ -83,6 +121,17 @@ func (c *connFlags) endpointInUse(e Env) string {
 		return e.getenv("AWS_ENDPOINT_URL_S3")
 	case e.getenv("AWS_ENDPOINT_URL") != "":
 		return e.getenv("AWS_ENDPOINT_URL")
+	}
+	return ""
+}
+
+// regionInUse is the region requests are signed for, for messages ("" if
+// the SDK's default applies: the profile's, else us-east-1).
+func (c *connFlags) regionInUse(e Env) string {
+	for _, r := range []string{c.region, e.getenv("AWS_REGION"), e.getenv("AWS_DEFAULT_REGION")} {
+		if r != "" {
+			return r
+		}
 	}
 	return ""
 }
@@ -114,9 +163,18 @@ func (c *connFlags) options(e Env, bucket string, log *slog.Logger) (objclient.O
 // describeStoreErr turns a CheckBucket/objclient error into the one-line
 // message a user can act on. It never includes credentials.
 func describeStoreErr(err error, bucket, endpoint string) string {
+	return describeStoreErrIn(err, bucket, endpoint, "")
+}
+
+// describeStoreErrIn is describeStoreErr for a request signed for region
+// ("" for the default), which a region mismatch names.
+func describeStoreErrIn(err error, bucket, endpoint, region string) string {
 	where := endpoint
 	if where == "" {
 		where = "AWS S3"
+	}
+	if msg, ok := diagnoseStoreErr(err, bucket, where, region); ok {
+		return msg
 	}
 	switch {
 	case errors.Is(err, objclient.ErrNoSuchBucket):

@@ -21,8 +21,10 @@ import (
 // "os2g mount --foreground ARGS..." with daemonEnv=3 in the environment, in a
 // new session (so the terminal's ^C and hang-up do not reach it), stdin and
 // stdout on /dev/null, stderr on a pipe to the parent and a readiness pipe as
-// fd 3. The child mounts, then points its fd 2 at the log file (or
-// /dev/null) — which ends the parent's copy of its stderr — and writes
+// fd 3. Without --log-file the parent first chooses the daemon's log
+// destination (logdest.go) and passes it on as --log-file or --log-syslog.
+// The child mounts, then points its fd 2 at the log file (or /dev/null when
+// it logs to syslog) — which ends the parent's copy of its stderr — and writes
 // "ready\n" or "error: MESSAGE\n" to fd 3. The parent exits 0 on "ready";
 // otherwise it prints the message (or the child's exit status if the child
 // died without one) and exits 1. If the parent goes away before the child is
@@ -32,8 +34,11 @@ import (
 // readyTimeout bounds the wait for the daemon's readiness report.
 const readyTimeout = 2 * time.Minute
 
-// runBackground starts the daemon child and waits for its readiness report.
-func runBackground(ctx context.Context, e Env, args []string) error {
+// runBackground starts the daemon child with the mount arguments args
+// (and extra flags before them) and waits for its readiness report. where,
+// if not empty, is the log destination the parent chose, told to a user
+// at a terminal once the mount is ready.
+func runBackground(ctx context.Context, e Env, args, extra []string, where string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding own executable: %w", err)
@@ -50,7 +55,7 @@ func runBackground(ctx context.Context, e Env, args []string) error {
 	}
 	defer errR.Close()
 
-	cmd := exec.Command(exe, append([]string{"mount", "--foreground"}, args...)...)
+	cmd := exec.Command(exe, append(append([]string{"mount", "--foreground"}, extra...), args...)...)
 	cmd.Env = append(os.Environ(), daemonEnv+"=3")
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{readyW}
@@ -104,6 +109,9 @@ wait:
 		select {
 		case <-copied:
 		case <-time.After(5 * time.Second):
+		}
+		if where != "" && isTerminal(e.Stderr) {
+			fmt.Fprintf(e.Stderr, "os2g: mount: mounted; the daemon logs to %s\n", where)
 		}
 		return cmd.Process.Release()
 	}

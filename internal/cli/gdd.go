@@ -2,11 +2,12 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/gdd"
 	"github.com/os2g/os2g/objclient"
@@ -22,8 +23,8 @@ type gddFlags struct {
 	blocks  int    // pinned blocks in the pool
 }
 
-func (g *gddFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.socket, "gdd-socket", "", "serve GPU direct placement on this Unix socket (mode 0600), e.g. /run/os2g/gdd.sock; clients: gdd/python/os2g_gdd.py")
+func (g *gddFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&g.socket, "gdd-socket", "", "serve GPU direct placement on this Unix socket (mode 0600), e.g. /run/os2g/gdd.sock; clients: os2g.gdd in the python/ package")
 	fs.StringVar(&g.device, "gdd-device", "cuda", `placement device: "cuda" (driver loaded at run time) or "sim" (host memory standing in for the GPU)`)
 	fs.IntVar(&g.ordinal, "gdd-cuda-device", 0, "CUDA device ordinal for --gdd-device=cuda")
 	fs.StringVar(&g.simDir, "gdd-sim-dir", "/dev/shm", "shared-memory directory whose files are destinations for --gdd-device=sim")

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/fusefs"
@@ -44,6 +46,7 @@ rejected credentials or an unreachable endpoint fail with a one-line message
 and exit status 1, and nothing is left mounted.
 
 Sizes accept suffixes: 512MiB, 2GiB, 8M (powers of 1024) or 100MB (powers of 1000).
+TTLs accept seconds (30), durations (90s, 5m), "indefinite" and "minimal" (1s).
 `
 
 // mountFlags holds the parsed flags of "os2g mount".
@@ -58,10 +61,13 @@ type mountFlags struct {
 	uid, gid    uint
 	fileMode    modeFlag
 	dirMode     modeFlag
-	metadataTTL time.Duration
-	negativeTTL time.Duration
+	metadataTTL ttlFlag
+	negativeTTL ttlFlag
 	maxMemory   sizeFlag
 	logFile     string
+	logFormat   string
+	logSyslog   bool
+	logMaxSize  sizeFlag
 	metricsAddr string
 	cacheDir    string
 	passthrough bool
@@ -70,96 +76,185 @@ type mountFlags struct {
 	gdd         gddFlags
 }
 
-func (m *mountFlags) register(fs *flag.FlagSet) {
-	m.conn.register(fs)
+// register defines every flag of "os2g mount", in help order, each under
+// its help heading. New mount flags go here, one line each, in the group
+// they belong to.
+func (m *mountFlags) register(fs *pflag.FlagSet) {
+	fs.SortFlags = false
 	m.fileMode.v, m.dirMode.v = 0o644, 0o755
-	fs.BoolVar(&m.readOnly, "read-only", false, "mount read-only: every write fails with EROFS")
-	fs.BoolVar(&m.allowOther, "allow-other", false, "let other users access the mount (non-root needs user_allow_other in /etc/fuse.conf)")
-	fs.BoolVar(&m.immutable, "immutable", false, "the bucket does not change while mounted (datasets): metadata and page cache are kept forever")
-	fs.BoolVar(&m.foreground, "foreground", false, "serve in this process instead of a background daemon")
-	fs.BoolVar(&m.debug, "debug", false, "debug logging, including every FUSE request")
-	fs.BoolVar(&m.nonempty, "nonempty", false, "allow mounting over a non-empty directory (its contents are hidden while mounted)")
-	fs.UintVar(&m.uid, "uid", uint(os.Getuid()), "owner uid of every file and directory (default: the mounting user's)")
-	fs.UintVar(&m.gid, "gid", uint(os.Getgid()), "owner gid of every file and directory (default: the mounting user's)")
-	fs.Var(&m.fileMode, "file-mode", "permission bits of files, octal")
-	fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
-	fs.DurationVar(&m.metadataTTL, "metadata-ttl", time.Minute, "how long listed names and attributes are trusted before the bucket is asked again")
-	fs.DurationVar(&m.negativeTTL, "negative-ttl", 5*time.Second, "how long a name found missing stays missing before the bucket is asked again")
-	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
-	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
-	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
-	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
-	fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
-	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
-	fs.BoolVar(&m.sharded, "sharded", false, "this node reads only a share of each directory (a DistributedSampler rank): pre-read what the reads show this node uses, not whole directories")
-	m.gdd.register(fs)
+	m.metadataTTL.v, m.negativeTTL.v = fusefs.DefaultMetadataTTL, fusefs.DefaultNegativeTTL
+	m.logMaxSize.v = 100 << 20
+	flagGroup(fs, groupSource, func() {
+		m.conn.register(fs)
+	})
+	flagGroup(fs, groupMount, func() {
+		fs.BoolVarP(&m.foreground, "foreground", "f", false, "serve in this process instead of a background daemon")
+		fs.BoolVar(&m.readOnly, "read-only", false, "mount read-only: every write fails with EROFS")
+		fs.BoolVar(&m.allowOther, "allow-other", false, "let other users access the mount (non-root needs user_allow_other in /etc/fuse.conf)")
+		fs.BoolVar(&m.nonempty, "nonempty", false, "allow mounting over a non-empty directory (its contents are hidden while mounted)")
+		fs.UintVar(&m.uid, "uid", uint(os.Getuid()), "owner uid of every file and directory (default: the mounting user's)")
+		fs.UintVar(&m.gid, "gid", uint(os.Getgid()), "owner gid of every file and directory (default: the mounting user's)")
+		fs.Var(&m.fileMode, "file-mode", "permission bits of files, octal")
+		fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
+	})
+	flagGroup(fs, groupCaching, func() {
+		fs.BoolVar(&m.immutable, "immutable", false, "the bucket does not change while mounted (datasets): metadata and page cache are kept forever")
+		fs.Var(&m.metadataTTL, "metadata-ttl", "how long listed names and attributes are trusted before the bucket is asked again: seconds, a duration (90s, 5m), indefinite or minimal")
+		fs.Var(&m.negativeTTL, "negative-ttl", "how long a name found missing stays missing before the bucket is asked again (same forms as --metadata-ttl)")
+		fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
+		fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
+		fs.BoolVar(&m.sharded, "sharded", false, "this node reads only a share of each directory (a DistributedSampler rank): pre-read what the reads show this node uses, not whole directories")
+		fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
+	})
+	flagGroup(fs, groupMemory, func() {
+		fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
+	})
+	flagGroup(fs, groupWrites, func() {
+		m.conn.registerPartSize(fs)
+	})
+	flagGroup(fs, groupLogging, func() {
+		fs.BoolVarP(&m.debug, "debug", "d", false, "debug logging, including every FUSE request")
+		fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr in the foreground; a background daemon logs to syslog/the journal, else to /var/log/os2g or $XDG_STATE_HOME/os2g, see docs/system.md)")
+		fs.BoolVar(&m.logSyslog, "log-syslog", false, "log to the local syslog (the journal on systemd hosts)")
+		fs.StringVar(&m.logFormat, "log-format", "text", "log line format: text (key=value) or json")
+		fs.Var(&m.logMaxSize, "log-max-size", "rotate a log file at this size, keeping 3 old ones; 0 never rotates (default 100MiB)")
+		fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
+	})
+	flagGroup(fs, groupGPU, func() {
+		m.gdd.register(fs)
+	})
+}
+
+// validate checks every flag value that needs no network or file system;
+// its errors are usage errors (exit status 2) naming the flag.
+func (m *mountFlags) validate() error {
+	if m.uid > 1<<32-1 || m.gid > 1<<32-1 {
+		return usageErr("--uid and --gid must fit 32 bits")
+	}
+	if m.maxMemory.set && m.maxMemory.v <= 0 {
+		return usageErr("--max-memory must be positive")
+	}
+	if m.cacheSize.set && m.cacheSize.v <= 0 {
+		return usageErr("--cache-size must be positive (leave out --cache-dir for no disk cache)")
+	}
+	if m.logFormat != "text" && m.logFormat != "json" {
+		return usageErr(`--log-format must be "text" or "json", not %q`, m.logFormat)
+	}
+	if m.logSyslog && m.logFile != "" {
+		return usageErr("--log-syslog and --log-file exclude each other")
+	}
+	if m.passthrough && m.cacheDir == "" {
+		return usageErr("--passthrough needs --cache-dir")
+	}
+	if err := m.conn.validate(); err != nil {
+		return err
+	}
+	return m.gdd.validate()
 }
 
 // daemonEnv marks a background child; its value is the readiness pipe's fd.
 const daemonEnv = "OS2G_DAEMON_READY_FD"
 
-func runMount(ctx context.Context, e Env, args []string) error {
+func newMountCmd(e Env) *cobra.Command {
 	var m mountFlags
-	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
-	m.register(fs)
-	pos, err := parseArgs(e, fs, mountUsage, args)
-	if err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "mount [flags] s3://BUCKET[/PREFIX] MOUNTPOINT",
+		Short: "mount a bucket (in the background by default)",
+		Long:  mountUsage,
+		Args:  exactArgs(2, "s3://BUCKET[/PREFIX] MOUNTPOINT"),
+		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 1 {
+				return nil, cobra.ShellCompDirectiveFilterDirs
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			// The background child gets this command line again.
+			return runMount(c.Context(), e, &m, args, e.Args[1:])
+		},
 	}
-	if len(pos) != 2 {
-		return usageErr("want 2 arguments, s3://BUCKET[/PREFIX] MOUNTPOINT; got %d", len(pos))
-	}
+	m.register(c.Flags())
+	return c
+}
+
+// runMount validates the parsed flags and arguments pos, then mounts in
+// the foreground, as a background child, or by starting one with the
+// original command-line arguments raw.
+func runMount(ctx context.Context, e Env, m *mountFlags, pos, raw []string) error {
 	u, err := ParseS3URL(pos[0])
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if m.uid > 1<<32-1 || m.gid > 1<<32-1 {
-		return usageErr("--uid and --gid must fit 32 bits")
-	}
-	if m.metadataTTL < 0 || m.negativeTTL < 0 {
-		return usageErr("--metadata-ttl and --negative-ttl must not be negative")
-	}
-	if err := m.gdd.validate(); err != nil {
+	if err := m.validate(); err != nil {
 		return err
 	}
 	if _, err := m.conn.options(e, u.Bucket, nil); err != nil {
 		return err // a bad --endpoint-url, reported before any daemon starts
 	}
 	if e.getenv(daemonEnv) != "" {
-		return runDaemonChild(ctx, e, &m, u, pos[1])
+		return runDaemonChild(ctx, e, m, u, pos[1])
 	}
 	if !m.foreground {
-		return runBackground(ctx, e, args)
+		var extra []string
+		where := ""
+		if m.logFile == "" && !m.logSyslog {
+			mp, err := filepath.Abs(pos[1])
+			if err != nil {
+				return err
+			}
+			d, err := chooseLogDest(e, os.Geteuid(), localSyslog, mp)
+			if err != nil {
+				return err
+			}
+			if d.syslog {
+				extra, where = []string{"--log-syslog"}, "syslog (journalctl -t os2g)"
+			} else {
+				extra, where = []string{"--log-file", d.path}, d.path
+			}
+		}
+		return runBackground(ctx, e, raw, extra, where)
 	}
-	return serveMount(ctx, e, &m, u, pos[1], nil)
+	return serveMount(ctx, e, m, u, pos[1], nil)
 }
 
 // readyFunc is told once whether the mount is live (nil) or failed; a
 // non-nil return aborts the mount.
 type readyFunc func(err error) error
 
-// newLogger builds the daemon's logger: text to the log file or w. With
-// quiet (a background daemon without --log-file, whose stderr reaches the
-// user only until the mount is ready) info lines are left out, so a
-// successful mount prints nothing and warnings still show.
-func (m *mountFlags) newLogger(w io.Writer, quiet bool) (*slog.Logger, *os.File, error) {
-	var f *os.File
-	if m.logFile != "" {
-		var err error
-		f, err = os.OpenFile(m.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, nil, fmt.Errorf("opening --log-file: %w", err)
-		}
-		w = f
-	}
+// newLogger builds the daemon's logger, in --log-format: to syslog with
+// --log-syslog, to the (rotated) --log-file, else to w. With quiet (a
+// background daemon, whose stderr reaches the user only until the mount
+// is ready) info lines are left out of w, so a successful mount prints
+// nothing and warnings still show. The closer, if not nil, closes the
+// destination.
+func (m *mountFlags) newLogger(w io.Writer, quiet bool) (*slog.Logger, io.Closer, error) {
 	level := slog.LevelInfo
-	if quiet && f == nil {
-		level = slog.LevelWarn
-	}
 	if m.debug {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), f, nil
+	switch {
+	case m.logSyslog:
+		h, c, err := newSyslogHandler("", "", m.logFormat, level)
+		if err != nil {
+			return nil, nil, err
+		}
+		var out slog.Handler = h
+		if quiet {
+			// Until ready, warnings also reach the user's terminal.
+			out = teeHandler{h, newFormatHandler(m.logFormat, w, &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})}
+		}
+		return slog.New(out), c, nil
+	case m.logFile != "":
+		f, err := openLogFile(m.logFile, m.logMaxSize.v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening --log-file: %w", err)
+		}
+		return slog.New(newFormatHandler(m.logFormat, f, &slog.HandlerOptions{Level: level})), f, nil
+	}
+	if quiet && !m.debug {
+		level = slog.LevelWarn
+	}
+	return slog.New(newFormatHandler(m.logFormat, w, &slog.HandlerOptions{Level: level})), nil, nil
 }
 
 // serveMount checks everything, mounts, calls ready, and serves until the
@@ -221,6 +316,9 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkFUSEAccess(m.allowOther); err != nil {
+		return fail(err)
+	}
 	budget := m.maxMemory.v
 	if !m.maxMemory.set {
 		if budget, err = defaultMaxMemory(); err != nil {
@@ -228,7 +326,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		}
 	}
 	if budget <= 0 {
-		return fail(usageErr("--max-memory must be positive"))
+		return fail(fmt.Errorf("--max-memory: the default budget came out as %d bytes", budget))
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Block buffers live outside the Go heap (mmap); this keeps the
@@ -254,6 +352,17 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, e.Version, e.Commit)
+	switch {
+	case m.logSyslog:
+		registerLogInfo(reg, "syslog")
+	case m.logFile != "":
+		if abs, err := filepath.Abs(m.logFile); err == nil {
+			registerLogInfo(reg, abs)
+		}
+	default:
+		registerLogInfo(reg, "stderr")
+	}
 	if dcache != nil {
 		reg.MustRegister(newDiskCacheCollector(dcache))
 	}
@@ -279,15 +388,31 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkCredentials(setupCtx, m.conn.profile, e.getenv); err != nil {
+		return fail(err)
+	}
 	if err := checkBucket(setupCtx, opts); err != nil {
 		if setupCtx.Err() != nil && ctx.Err() == nil {
 			return fail(errors.New("interrupted"))
 		}
-		return fail(errors.New(describeStoreErr(err, u.Bucket, endpoint)))
+		return fail(errors.New(describeStoreErrIn(err, u.Bucket, endpoint, m.conn.regionInUse(e))))
 	}
+	opts.Registerer = reg
 	store, err := objclient.New(setupCtx, opts)
 	if err != nil {
 		return fail(fmt.Errorf("object store client: %w", err))
+	}
+	if u.Prefix != "" {
+		// A prefix with no keys is most likely a typo; mount it anyway.
+		page, err := store.List(setupCtx, objclient.ListRequest{Prefix: u.Prefix, MaxKeys: 1})
+		if err == nil && len(page.Objects) == 0 && len(page.CommonPrefixes) == 0 {
+			msg := fmt.Sprintf("%s holds no objects: the mount starts empty (is the prefix right?)", u)
+			log.Warn(msg)
+			if logFile != nil && !m.logSyslog {
+				// The log is not the user's terminal; say it there too.
+				fmt.Fprintf(e.Stderr, "os2g: mount: warning: %s\n", msg)
+			}
+		}
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: "os2g", Subsystem: "s3", Name: "retries_total",
@@ -308,7 +433,8 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	defer pm.Close()
 
 	s, err := fusefs.Mount(mp, fusefs.Options{
-		Store:       store,
+		Store:       meteredStore{store, newUploadMetrics(reg)},
+		Registerer:  reg,
 		Prefix:      u.Prefix,
 		Prefetch:    pm,
 		ReadOnly:    m.readOnly,
@@ -320,8 +446,8 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 		Passthrough: m.passthrough,
 		FileMode:    m.fileMode.v,
 		DirMode:     m.dirMode.v,
-		MetadataTTL: m.metadataTTL,
-		NegativeTTL: m.negativeTTL,
+		MetadataTTL: nonzeroTTL(m.metadataTTL.v),
+		NegativeTTL: nonzeroTTL(m.negativeTTL.v),
 		Immutable:   m.immutable,
 		AllowOther:  m.allowOther,
 		Debug:       m.debug,
@@ -372,6 +498,12 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 			return err
 		}
 	}
+	// systemd Type=notify: the mount is live now.
+	notifySock := e.getenv("NOTIFY_SOCKET")
+	if err := sdNotify(notifySock, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s at %s", os.Getpid(), u, mp)); err != nil {
+		log.Warn("telling the service manager the mount is ready failed", "err", err)
+	}
+	defer sdNotify(notifySock, "STOPPING=1")
 	// After ready: a background daemon's stderr is the log file (or
 	// nothing) by now, so a successful mount prints nothing.
 	log.Info("mounted", "source", u.String(), "mountpoint", mp, "mode", mode, "endpoint", endpoint,
@@ -379,6 +511,15 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	s.Wait()
 	log.Info("unmounted", "mountpoint", mp)
 	return nil
+}
+
+// nonzeroTTL maps a TTL of 0 (no caching) to 1 ns, since fusefs takes 0
+// as "the default".
+func nonzeroTTL(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }
 
 // checkBucket verifies bucket, endpoint and credentials with a client that
@@ -391,6 +532,7 @@ func checkBucket(ctx context.Context, opts objclient.Options) error {
 	probe.RequestTimeout = 10 * time.Second
 	probe.StallTimeout = 10 * time.Second
 	probe.Logger = slog.New(slog.DiscardHandler)
+	probe.Registerer = nil // the probe's requests are not the mount's
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := objclient.New(ctx, probe)

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,6 +27,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/spf13/cobra"
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/gdd"
@@ -275,17 +275,26 @@ func fetchMetrics(ctx context.Context, sock string) ([]byte, error) {
 	return body, nil
 }
 
-func runStats(ctx context.Context, e Env, args []string) error {
-	fset := flag.NewFlagSet("stats", flag.ContinueOnError)
-	raw := fset.Bool("raw", false, "print the metrics as served, in the Prometheus text format")
-	pos, err := parseArgs(e, fset, statsUsage, args)
-	if err != nil {
-		return err
+func newStatsCmd(e Env) *cobra.Command {
+	var raw bool
+	c := &cobra.Command{
+		Use:   "stats [--raw] MOUNTPOINT",
+		Short: "show the metrics of a mount's daemon",
+		Long:  statsUsage,
+		Args:  exactArgs(1, "MOUNTPOINT"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return runStats(c.Context(), e, raw, args[0])
+		},
 	}
-	if len(pos) != 1 {
-		return usageErr("want 1 argument, MOUNTPOINT; got %d", len(pos))
-	}
-	p, err := resolvePath(pos[0])
+	c.Flags().BoolVar(&raw, "raw", false, "print the metrics as served, in the Prometheus text format")
+	return c
+}
+
+func runStats(ctx context.Context, e Env, raw bool, target string) error {
+	p, err := resolvePath(target)
 	if err != nil {
 		return err
 	}
@@ -319,7 +328,7 @@ func runStats(ctx context.Context, e Env, args []string) error {
 		return fmt.Errorf("cannot reach the os2g daemon of %s (%s); if the daemon died, clear the stale mount with: fusermount3 -u %s",
 			m.Target, strings.Join(errs, "; "), m.Target)
 	}
-	if *raw {
+	if raw {
 		_, err := e.Stdout.Write(body)
 		return err
 	}
@@ -361,8 +370,14 @@ func parseMetrics(b []byte) (metricSet, error) {
 				s.value = m.GetGauge().GetValue()
 			case dto.MetricType_UNTYPED:
 				s.value = m.GetUntyped().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				// Kept as NAME_sum and NAME_count, for means.
+				h := m.GetHistogram()
+				out[name+"_sum"] = append(out[name+"_sum"], sample{labels: s.labels, value: h.GetSampleSum()})
+				out[name+"_count"] = append(out[name+"_count"], sample{labels: s.labels, value: float64(h.GetSampleCount())})
+				continue
 			default:
-				continue // summaries and histograms are not shown
+				continue // summaries are not shown
 			}
 			out[name] = append(out[name], s)
 		}
@@ -419,6 +434,17 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	}
 	const pf = "os2g_prefetch_"
 	row("mount", "%s (%s)", mp, source)
+	if bi := ms["os2g_build_info"]; len(bi) > 0 {
+		l := bi[0].labels
+		v := l["version"]
+		if l["commit"] != "" {
+			v += " (commit " + l["commit"] + ")"
+		}
+		row("version", "%s, %s", v, l["goversion"])
+	}
+	if li := ms["os2g_log_info"]; len(li) > 0 {
+		row("log", "%s", li[0].labels["destination"])
+	}
 	if start, ok := ms.get("process_start_time_seconds"); ok && start > 0 {
 		up := now.Sub(time.Unix(int64(start), 0)).Round(time.Second)
 		row("daemon uptime", "%v", up)
@@ -459,6 +485,24 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	} else {
 		row("disk cache", "none")
 	}
+	if _, ok := ms.get("os2g_fuse_ops_total"); ok {
+		row("FUSE ops", "%s", opSummary(ms, "os2g_fuse_ops_total", "os2g_fuse_op_duration_seconds"))
+		row("FUSE errors", "%s", errorSummary(ms, "os2g_fuse_ops_total", func(st string) bool { return st == "ok" }))
+	}
+	if _, ok := ms.get("os2g_s3_requests_total"); ok {
+		row("S3 requests", "%s", opSummary(ms, "os2g_s3_requests_total", "os2g_s3_request_duration_seconds"))
+		row("S3 errors", "%s", errorSummary(ms, "os2g_s3_requests_total", func(st string) bool { return len(st) == 3 && st[0] == '2' }))
+	}
+	if _, ok := ms.get("os2g_uploads_started_total"); ok {
+		mean := "-"
+		if n, _ := ms.get("os2g_upload_commit_duration_seconds_count"); n > 0 {
+			sum, _ := ms.get("os2g_upload_commit_duration_seconds_sum")
+			mean = formatSeconds(sum / n)
+		}
+		row("uploads", "%s started, %s committed, %s failed; %s written in %s parts; commit %s on average",
+			num("os2g_uploads_started_total"), num("os2g_uploads_committed_total"), num("os2g_uploads_failed_total"),
+			size("os2g_upload_bytes_total"), num("os2g_upload_parts_total"), mean)
+	}
 	// Retries, when some layer exports them.
 	var retries []string
 	for name := range ms {
@@ -468,7 +512,11 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	}
 	sort.Strings(retries)
 	for _, name := range retries {
-		row("retries", "%s %s", num(name), strings.TrimPrefix(name, "os2g_"))
+		what := strings.TrimPrefix(name, "os2g_")
+		if name == "os2g_s3_retries_total" {
+			what = "S3 requests sent again (throttled or failed)"
+		}
+		row("retries", "%s %s", num(name), what)
 	}
 	cpu := "-"
 	if v, ok := ms.get("process_cpu_seconds_total"); ok {
@@ -476,4 +524,63 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 	}
 	row("process", "RSS %s, CPU %s, goroutines %s", size("process_resident_memory_bytes"), cpu, num("go_goroutines"))
 	tw.Flush()
+}
+
+// opSummary renders the counts of metric by its "op" label, largest
+// first, each with its mean time from the histogram hist ("read 120 (1.5 ms)").
+func opSummary(ms metricSet, metric, hist string) string {
+	counts := map[string]float64{}
+	for _, smp := range ms[metric] {
+		counts[smp.labels["op"]] += smp.value
+	}
+	ops := make([]string, 0, len(counts))
+	for op := range counts {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		if counts[ops[i]] != counts[ops[j]] {
+			return counts[ops[i]] > counts[ops[j]]
+		}
+		return ops[i] < ops[j]
+	})
+	parts := make([]string, 0, len(ops))
+	for _, op := range ops {
+		p := fmt.Sprintf("%s %s", op, strconv.FormatFloat(counts[op], 'f', -1, 64))
+		if n, ok := ms.get(hist+"_count", "op", op); ok && n > 0 {
+			sum, _ := ms.get(hist+"_sum", "op", op)
+			p += " (" + formatSeconds(sum/n) + ")"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// errorSummary renders the samples of metric whose "status" label is not
+// a success, by operation and status ("read EIO 2"), or "none".
+func errorSummary(ms metricSet, metric string, success func(status string) bool) string {
+	var parts []string
+	for _, smp := range ms[metric] {
+		if st := smp.labels["status"]; !success(st) && smp.value > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s %s", smp.labels["op"], st, strconv.FormatFloat(smp.value, 'f', -1, 64)))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// formatSeconds renders a duration in seconds readably ("1.5 ms", "2.3 s").
+func formatSeconds(s float64) string {
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0f µs", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.2f s", s)
 }

@@ -2,11 +2,12 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 const umountUsage = `Usage: os2g umount [-z] MOUNTPOINT
@@ -17,17 +18,27 @@ or pass -z to detach it now and let it go away when the last file closes.
 Also clears a stale mount left by a daemon that was killed.
 `
 
-func runUmount(ctx context.Context, e Env, args []string) error {
-	fs := flag.NewFlagSet("umount", flag.ContinueOnError)
-	lazy := fs.Bool("z", false, "lazy: detach now, finish when no longer busy")
-	pos, err := parseArgs(e, fs, umountUsage, args)
-	if err != nil {
-		return err
+func newUmountCmd(e Env) *cobra.Command {
+	var lazy bool
+	c := &cobra.Command{
+		Use:     "umount [-z] MOUNTPOINT",
+		Aliases: []string{"unmount"},
+		Short:   "unmount (the daemon then exits)",
+		Long:    umountUsage,
+		Args:    exactArgs(1, "MOUNTPOINT"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return runUmount(c.Context(), args[0], lazy)
+		},
 	}
-	if len(pos) != 1 {
-		return usageErr("want 1 argument, MOUNTPOINT; got %d", len(pos))
-	}
-	mp, err := filepath.Abs(pos[0])
+	c.Flags().BoolVarP(&lazy, "lazy", "z", false, "lazy: detach now, finish when no longer busy")
+	return c
+}
+
+func runUmount(ctx context.Context, target string, lazy bool) error {
+	mp, err := filepath.Abs(target)
 	if err != nil {
 		return err
 	}
@@ -35,7 +46,7 @@ func runUmount(ctx context.Context, e Env, args []string) error {
 		return fmt.Errorf("%s is not mounted", mp)
 	}
 	argv := []string{"-u"}
-	if *lazy {
+	if lazy {
 		argv = append(argv, "-z")
 	}
 	out, err := exec.CommandContext(ctx, fusermountBin(), append(argv, mp)...).CombinedOutput()
@@ -44,7 +55,7 @@ func runUmount(ctx context.Context, e Env, args []string) error {
 	}
 	// Without fusermount (or as root) the plain system call works too.
 	flags := 0
-	if *lazy {
+	if lazy {
 		flags = syscall.MNT_DETACH
 	}
 	if uerr := syscall.Unmount(mp, flags); uerr == nil {

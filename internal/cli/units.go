@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // sizeSuffixes maps a case-insensitive size suffix to its multiplier.
@@ -79,7 +80,7 @@ func FormatSize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
-// sizeFlag is a flag.Value holding a byte count parsed by ParseSize.
+// sizeFlag is a pflag.Value holding a byte count parsed by ParseSize.
 type sizeFlag struct {
 	v   int64
 	set bool
@@ -92,6 +93,8 @@ func (f *sizeFlag) String() string {
 	return strconv.FormatInt(f.v, 10)
 }
 
+func (f *sizeFlag) Type() string { return "size" }
+
 func (f *sizeFlag) Set(s string) error {
 	n, err := ParseSize(s)
 	if err != nil {
@@ -101,7 +104,7 @@ func (f *sizeFlag) Set(s string) error {
 	return nil
 }
 
-// modeFlag is a flag.Value holding permission bits written in octal ("0644", "755").
+// modeFlag is a pflag.Value holding permission bits written in octal ("0644", "755").
 type modeFlag struct{ v os.FileMode }
 
 func (f *modeFlag) String() string {
@@ -111,12 +114,77 @@ func (f *modeFlag) String() string {
 	return fmt.Sprintf("%04o", uint32(f.v))
 }
 
+func (f *modeFlag) Type() string { return "octal" }
+
 func (f *modeFlag) Set(s string) error {
 	n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O"), 8, 32)
 	if err != nil || n > 0o7777 {
 		return fmt.Errorf("invalid mode %q (want octal permission bits such as 0644)", s)
 	}
 	f.v = os.FileMode(n)
+	return nil
+}
+
+// TTLIndefinite is the --metadata-ttl of "indefinite": about 100 years,
+// which stands in for "forever" (Mountpoint for S3's keyword).
+const TTLIndefinite = 100 * 365 * 24 * time.Hour
+
+// TTLMinimal is the --metadata-ttl of "minimal": one second, Mountpoint for
+// S3's "minimal" (the shortest TTL that still lets one open(2) reuse the
+// attributes its lookup fetched).
+const TTLMinimal = time.Second
+
+// ParseTTL parses a metadata TTL: a Go duration ("90s", "5m", "1h30m"), a
+// whole or fractional number of seconds ("30", "0.5"), or Mountpoint for
+// S3's keywords "indefinite" (TTLIndefinite) and "minimal" (TTLMinimal).
+// Negative values are errors.
+func ParseTTL(s string) (time.Duration, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch t {
+	case "indefinite":
+		return TTLIndefinite, nil
+	case "minimal":
+		return TTLMinimal, nil
+	case "":
+		return 0, fmt.Errorf("empty TTL")
+	}
+	var d time.Duration
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f*float64(time.Second) >= math.MaxInt64 {
+			return 0, fmt.Errorf("invalid TTL %q", s)
+		}
+		d = time.Duration(f * float64(time.Second))
+	} else if d, err = time.ParseDuration(t); err != nil {
+		return 0, fmt.Errorf("invalid TTL %q (want seconds, a duration such as 90s or 5m, indefinite or minimal)", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("TTL %q is negative", s)
+	}
+	return d, nil
+}
+
+// ttlFlag is a pflag.Value holding a duration parsed by ParseTTL.
+type ttlFlag struct{ v time.Duration }
+
+func (f *ttlFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	switch f.v {
+	case TTLIndefinite:
+		return "indefinite"
+	}
+	return f.v.String()
+}
+
+func (f *ttlFlag) Type() string { return "ttl" }
+
+func (f *ttlFlag) Set(s string) error {
+	d, err := ParseTTL(s)
+	if err != nil {
+		return err
+	}
+	f.v = d
 	return nil
 }
 

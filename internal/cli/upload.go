@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/os2g/os2g/objclient"
@@ -29,13 +29,21 @@ Uploads every regular file under LOCALDIR to s3://BUCKET/PREFIX/RELATIVE/PATH
 with concurrent PUTs (multipart for files larger than one part), printing a
 progress line on stderr. Symbolic links and special files are skipped with a
 warning. The first failed upload stops the run with exit status 1.
+
+Like "aws s3 sync", a file is skipped when the bucket already holds its key
+with the same size and a modification time no older than the file's, so a
+rerun uploads only what changed; --force uploads everything.
+
+Example:
+  os2g upload --endpoint-url http://127.0.0.1:7070 --create-bucket ./train s3://bucket/datasets/train
 `
 
 // uploadFile is one file to upload.
 type uploadFile struct {
-	path string // local path
-	key  string // destination key
-	size int64  // bytes, as seen by the walk
+	path  string // local path
+	key   string // destination key
+	size  int64  // bytes, as seen by the walk
+	mtime time.Time
 }
 
 // uploadProgress counts finished uploads; safe for concurrent use.
@@ -76,10 +84,40 @@ func collectUploads(dir, prefix string, skipped func(path string, mode fs.FileMo
 		if err != nil {
 			return err
 		}
-		out = append(out, uploadFile{path: p, key: prefix + filepath.ToSlash(rel), size: info.Size()})
+		out = append(out, uploadFile{path: p, key: prefix + filepath.ToSlash(rel), size: info.Size(), mtime: info.ModTime()})
 		return nil
 	})
 	return out, err
+}
+
+// unchangedUploads returns the files of files that need no upload, by
+// aws s3 sync's rule: the store holds the key with the same size and a
+// LastModified not older than the file's modification time. It lists the
+// keys under prefix once (N/1000 LISTs).
+func unchangedUploads(ctx context.Context, store objclient.Store, prefix string, files []uploadFile) (map[string]bool, error) {
+	remote := map[string]objclient.ObjectInfo{}
+	token := ""
+	for {
+		page, err := store.List(ctx, objclient.ListRequest{Prefix: prefix, ContinuationToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Objects {
+			remote[o.Key] = o
+		}
+		if !page.IsTruncated || page.NextContinuationToken == "" {
+			break
+		}
+		token = page.NextContinuationToken
+	}
+	same := map[string]bool{}
+	for _, f := range files {
+		// LastModified has whole seconds; so does the comparison.
+		if o, ok := remote[f.key]; ok && o.Size == f.size && !f.mtime.Truncate(time.Second).After(o.LastModified) {
+			same[f.key] = true
+		}
+	}
+	return same, nil
 }
 
 // uploadAll puts every file into store with concurrency workers. It stops
@@ -130,22 +168,48 @@ func uploadOne(ctx context.Context, store objclient.Store, f uploadFile, partSiz
 	return err
 }
 
-func runUpload(ctx context.Context, e Env, args []string) error {
-	var conn connFlags
-	fset := flag.NewFlagSet("upload", flag.ContinueOnError)
-	conn.register(fset)
-	concurrency := fset.Int("concurrency", 32, "number of concurrent uploads")
-	createBucket := fset.Bool("create-bucket", false, "create the bucket first if it does not exist")
-	quiet := fset.Bool("quiet", false, "no progress line, only errors")
-	pos, err := parseArgs(e, fset, uploadUsage, args)
-	if err != nil {
-		return err
+// uploadFlags holds the parsed flags of "os2g upload".
+type uploadFlags struct {
+	conn         connFlags
+	concurrency  int
+	createBucket bool
+	quiet        bool
+	force        bool
+}
+
+func newUploadCmd(e Env) *cobra.Command {
+	var f uploadFlags
+	c := &cobra.Command{
+		Use:   "upload [flags] LOCALDIR s3://BUCKET[/PREFIX]",
+		Short: "upload a directory tree with concurrent PUTs",
+		Long:  uploadUsage,
+		Args:  exactArgs(2, "LOCALDIR s3://BUCKET[/PREFIX]"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runUpload(c.Context(), e, &f, args)
+		},
 	}
-	if len(pos) != 2 {
-		return usageErr("want 2 arguments, LOCALDIR s3://BUCKET[/PREFIX]; got %d", len(pos))
-	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	flagGroup(fs, groupSource, func() {
+		f.conn.register(fs)
+		fs.BoolVar(&f.createBucket, "create-bucket", false, "create the bucket first if it does not exist")
+	})
+	flagGroup(fs, groupWrites, func() {
+		fs.IntVar(&f.concurrency, "concurrency", 32, "number of concurrent uploads")
+		f.conn.registerPartSize(fs)
+		fs.BoolVar(&f.force, "force", false, "upload every file, also those the bucket holds unchanged (same size, not older)")
+		fs.BoolVar(&f.quiet, "quiet", false, "no progress line, only errors")
+	})
+	return c
+}
+
+func runUpload(ctx context.Context, e Env, f *uploadFlags, pos []string) error {
+	conn, concurrency, createBucket, quiet := &f.conn, &f.concurrency, &f.createBucket, &f.quiet
 	if *concurrency < 1 {
 		return usageErr("--concurrency must be at least 1")
+	}
+	if err := conn.validate(); err != nil {
+		return err
 	}
 	u, err := ParseS3URL(pos[1])
 	if err != nil {
@@ -167,18 +231,36 @@ func runUpload(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkCredentials(ctx, conn.profile, e.getenv); err != nil {
+		return err
+	}
 	if err := checkBucket(ctx, opts); err != nil {
 		if !*createBucket || !errors.Is(err, objclient.ErrNoSuchBucket) {
-			return errors.New(describeStoreErr(err, u.Bucket, endpoint))
+			return errors.New(describeStoreErrIn(err, u.Bucket, endpoint, conn.regionInUse(e)))
 		}
 		if _, err := store.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(u.Bucket)}); err != nil {
 			return fmt.Errorf("creating bucket %q: %s", u.Bucket, oneLine(err.Error()))
 		}
 	}
 
+	skipped := 0
+	if !f.force {
+		same, err := unchangedUploads(ctx, store, u.Prefix, files)
+		if err != nil {
+			return errors.New(describeStoreErrIn(err, u.Bucket, endpoint, conn.regionInUse(e)))
+		}
+		kept := files[:0]
+		for _, uf := range files {
+			if !same[uf.key] {
+				kept = append(kept, uf)
+			}
+		}
+		skipped = len(files) - len(kept)
+		files = kept
+	}
 	var total int64
-	for _, f := range files {
-		total += f.size
+	for _, uf := range files {
+		total += uf.size
 	}
 	var prog uploadProgress
 	start := time.Now()
@@ -199,8 +281,12 @@ func runUpload(ctx context.Context, e Env, args []string) error {
 	}
 	if !*quiet {
 		el := time.Since(start).Seconds()
-		fmt.Fprintf(e.Stderr, "uploaded %d files, %s to %s in %.1fs (%.0f files/s, %s/s)\n",
+		fmt.Fprintf(e.Stderr, "uploaded %d files, %s to %s in %.1fs (%.0f files/s, %s/s)",
 			len(files), FormatSize(total), u, el, float64(len(files))/max(el, 1e-3), FormatSize(int64(float64(total)/max(el, 1e-3))))
+		if skipped > 0 {
+			fmt.Fprintf(e.Stderr, "; %d unchanged files skipped", skipped)
+		}
+		fmt.Fprintln(e.Stderr)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -21,12 +21,19 @@ const warmUsage = `Usage: os2g warm [--concurrency N] PATH...
 
 Reads every regular file under each PATH (a directory tree or a file on an
 os2g mount) whole, with N concurrent readers, so that a training job finds its
-data cached from the first epoch: in the kernel page cache, in os2g's memory
-cache within --max-memory, and in the disk cache when the mount has
---cache-dir. Shows a progress bar on a terminal and prints one summary line:
-files, bytes, seconds, files/s and MiB/s. A file that cannot be read is
-reported and counted, the others are still read, and the exit status is 1.
-A PATH outside an os2g mount is read too, with a warning.
+data cached. What stays cached depends on the mount:
+  - with --cache-dir, the disk cache keeps every file read whole (up to
+    --cache-size, least recently used out first): warm fills it for every
+    later epoch and later mounts of the same bucket;
+  - os2g's memory cache keeps what fits in --max-memory, the most recently
+    read files first, and the kernel page cache what the kernel's free
+    memory allows; a dataset larger than these is not held whole by them
+    (use --cache-dir).
+Shows a progress bar on a terminal (a line every 10 s otherwise) with files
+done and files/s, and prints one summary line: files, bytes, seconds, files/s
+and MiB/s. A file that cannot be read is reported and counted, the others are
+still read, and the exit status is 1. A PATH outside an os2g mount is read
+too, with a warning.
 `
 
 // warmFile is one file to read.
@@ -137,18 +144,24 @@ func readWhole(ctx context.Context, path string, buf []byte, onBytes func(int64)
 	}
 }
 
-func runWarm(ctx context.Context, e Env, args []string) error {
-	fset := flag.NewFlagSet("warm", flag.ContinueOnError)
-	concurrency := fset.Int("concurrency", 16, "files read at the same time")
-	pos, err := parseArgs(e, fset, warmUsage, args)
-	if err != nil {
-		return err
+func newWarmCmd(e Env) *cobra.Command {
+	var concurrency int
+	c := &cobra.Command{
+		Use:   "warm [--concurrency N] PATH...",
+		Short: "read files under a mount into the caches",
+		Long:  warmUsage,
+		Args:  minArgs(1, "PATH"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runWarm(c.Context(), e, concurrency, args)
+		},
 	}
-	if len(pos) == 0 {
-		return usageErr("want at least 1 argument, PATH")
-	}
-	if *concurrency < 1 {
-		return usageErr("--concurrency must be at least 1, not %d", *concurrency)
+	c.Flags().IntVar(&concurrency, "concurrency", 16, "files read at the same time")
+	return c
+}
+
+func runWarm(ctx context.Context, e Env, concurrency int, pos []string) error {
+	if concurrency < 1 {
+		return usageErr("--concurrency must be at least 1, not %d", concurrency)
 	}
 	// Every PATH is checked before anything is read.
 	paths := make([]string, 0, len(pos))
@@ -184,6 +197,7 @@ func runWarm(ctx context.Context, e Env, args []string) error {
 	}
 	var prog warmProgress
 	onBytes := func(int64) {}
+	stopProgress := func() {}
 	if isTerminal(e.Stderr) {
 		bar = progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(e.Stderr),
@@ -202,13 +216,34 @@ func runWarm(ctx context.Context, e Env, args []string) error {
 			outMu.Lock()
 			if done := prog.files.Load(); done != shown {
 				shown = done
-				bar.Describe(fmt.Sprintf("warming %d/%d files", done, len(files)))
+				bar.Describe(warmProgressLine(done, int64(len(files)), time.Since(start)))
 			}
 			bar.Add64(n)
 			outMu.Unlock()
 		}
+	} else {
+		// Not a terminal: a progress line every 10 s.
+		stop := make(chan struct{})
+		finished := make(chan struct{})
+		stopProgress = func() { close(stop); <-finished }
+		go func() {
+			defer close(finished)
+			t := time.NewTicker(10 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					outMu.Lock()
+					fmt.Fprintf(e.Stderr, "%s, %s\n", warmProgressLine(prog.files.Load(), int64(len(files)), time.Since(start)), FormatSize(prog.bytes.Load()))
+					outMu.Unlock()
+				}
+			}
+		}()
 	}
-	werr := warmAll(ctx, files, *concurrency, &prog, onBytes, report)
+	werr := warmAll(ctx, files, concurrency, &prog, onBytes, report)
+	stopProgress()
 	if bar != nil {
 		bar.Finish()
 		bar.Clear()
@@ -234,4 +269,10 @@ func causeOf(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// warmProgressLine is the progress text: files done of total and the rate
+// so far ("warming 120/7000 files, 35.2 files/s").
+func warmProgressLine(done, total int64, elapsed time.Duration) string {
+	return fmt.Sprintf("warming %d/%d files, %.1f files/s", done, total, float64(done)/max(elapsed.Seconds(), 1e-3))
 }

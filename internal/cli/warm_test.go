@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // writeTree creates files (relative path -> size in bytes) under root.
@@ -109,5 +110,11 @@ func TestRunWarm(t *testing.T) {
 		if tc.code == 1 && strings.Contains(errOut, "warmed") {
 			t.Errorf("os2g %q read files before failing: %q", tc.args, errOut)
 		}
+	}
+}
+
+func TestWarmProgressLine(t *testing.T) {
+	if got, want := warmProgressLine(120, 7000, 4*time.Second), "warming 120/7000 files, 30.0 files/s"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
