@@ -78,6 +78,7 @@ func New(ctx context.Context, o Options) (*S3, error) {
 			// retries; a training job under SlowDown must keep backing off
 			// instead (CASES C17).
 			so.RateLimiter = ratelimit.None
+			so.Retryables = append([]retry.IsErrorRetryable{retryTruncated{}}, so.Retryables...)
 		})
 	}
 
@@ -114,6 +115,8 @@ func New(ctx context.Context, o Options) (*S3, error) {
 	s.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
 		so.Retryer = countRetries{so.Retryer, &s.retries}
 		so.UsePathStyle = o.ForcePathStyle
+		// Wrapped here, after the config has set up the CA bundle on hc.
+		so.HTTPClient = stallClient{next: so.HTTPClient, stall: o.StallTimeout, log: o.Logger}
 		// Ranged GETs never carry a whole-object checksum; do not log each one.
 		so.DisableLogOutputChecksumValidationSkipped = true
 		if o.Endpoint != "" {
@@ -176,16 +179,23 @@ func (f fullJitter) delay(attempt int) time.Duration {
 // call runs fn, and once more after forcing a credential refresh when the
 // server rejects the session token as expired (CASES C19: the server's
 // clock may run ahead of the advertised expiry).
+// The call, retries included, is bounded by RequestTimeout (the op
+// timeout).
 func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	defer cancel()
-	return s.callExpiry(ctx, isExpiredToken, fn)
+	return s.callSized(ctx, 0, fn)
 }
 
-// callBody is call without the RequestTimeout deadline, for requests
-// whose body may legitimately take long: PutObject and UploadPart (a
-// large part on a slow link) and GetObject (getOnce times its headers and
-// its body itself).
+// callSized is call for a request that sends or receives n body bytes
+// (PutObject, UploadPart): its bound is opTimeout(n).
+func (s *S3) callSized(ctx context.Context, n int, fn func(context.Context) error) error {
+	d := s.opTimeout(n)
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return s.timedOut(ctx, octx, d, s.callExpiry(octx, isExpiredToken, fn))
+}
+
+// callBody is call without a deadline of its own, for GetObject: GetRange
+// bounds the whole call and getOnce times headers and body.
 func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error {
 	return s.callExpiry(ctx, isExpiredToken, fn)
 }
@@ -193,12 +203,13 @@ func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error
 // callHead is call for HEAD requests: S3 answers a HEAD with no body, so an
 // expired token shows only as a bare 400.
 func (s *S3) callHead(ctx context.Context, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	d := s.opTimeout(0)
+	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return s.callExpiry(ctx, func(err error) bool {
+	return s.timedOut(ctx, octx, d, s.callExpiry(octx, func(err error) bool {
 		code, status := apiCode(err)
 		return isExpiredToken(err) || status == http.StatusBadRequest && (code == "" || code == "BadRequest")
-	}, fn)
+	}, fn))
 }
 
 func (s *S3) callExpiry(ctx context.Context, expired func(error) bool, fn func(context.Context) error) error {
@@ -214,15 +225,27 @@ func (s *S3) callExpiry(ctx context.Context, expired func(error) bool, fn func(c
 // CheckBucket verifies that the bucket exists and the credentials may list
 // it, with one ListObjectsV2 of one key. Errors wrap ErrNoSuchBucket,
 // ErrAccessDenied, ErrInvalidCredentials or ErrUnavailable.
+//
+// The reply must be S3's ListBucketResult naming the bucket: a web server
+// that answers 200 with HTML to everything is refused with ErrNotS3, and
+// the message names the endpoint.
 func (s *S3) CheckBucket(ctx context.Context) error {
+	var out *s3.ListObjectsV2Output
 	err := s.call(ctx, func(ctx context.Context) error {
-		_, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+		var err error
+		out, err = s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
 			Bucket:  aws.String(s.opts.Bucket),
 			MaxKeys: aws.Int32(1),
 		})
 		return err
 	})
-	return normalise(ctx, "check bucket", s.opts.Bucket, err)
+	if err != nil {
+		return normalise(ctx, "check bucket", s.opts.Bucket, err)
+	}
+	if aws.ToString(out.Name) == "" && out.MaxKeys == nil && out.KeyCount == nil {
+		return s.notS3("check bucket", s.opts.Bucket, "its reply to ListObjectsV2 is not an S3 ListBucketResult")
+	}
+	return nil
 }
 
 // Stat implements Store with HeadObject.
@@ -435,7 +458,7 @@ func (s *S3) copyMultipart(ctx context.Context, info ObjectInfo, dst string) (Ob
 		}
 		parts = append(parts, types.CompletedPart{PartNumber: aws.Int32(n), ETag: out.CopyPartResult.ETag})
 	}
-	oi, err := mu.complete(ctx, parts)
+	oi, err := mu.complete(ctx, parts, info.Size)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
@@ -463,6 +486,20 @@ func (s *S3) GetRange(ctx context.Context, key string, off int64, buf []byte, if
 	if len(buf) == 0 {
 		return 0, nil
 	}
+	parent := ctx
+	d := s.opTimeout(len(buf))
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	n, err := s.getRange(ctx, key, off, buf, ifMatch)
+	err = s.timedOut(parent, ctx, d, err)
+	if err != nil && parent.Err() == nil && ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("objclient: get %q: %w: %w", key, ErrUnavailable, err)
+	}
+	return n, err
+}
+
+// getRange is GetRange under the op timeout.
+func (s *S3) getRange(ctx context.Context, key string, off int64, buf []byte, ifMatch string) (int, error) {
 	got := 0
 	etag := ifMatch
 	var lastErr error

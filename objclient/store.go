@@ -40,6 +40,10 @@ var (
 	ErrTooLarge = errors.New("object too large")
 	// ErrInvalidArgument: the request itself is malformed (bad key, bad range).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotS3: the endpoint answered with something no S3 server sends
+	// (a bucket listing that is not a ListBucketResult, a PUT or part
+	// reply without an ETag): it is not an S3 server.
+	ErrNotS3 = errors.New("endpoint is not S3")
 )
 
 // ObjectInfo describes one object.

@@ -59,6 +59,7 @@ type mountFlags struct {
 	dirMode     modeFlag
 	metadataTTL time.Duration
 	negativeTTL time.Duration
+	opTimeout   time.Duration
 	maxMemory   sizeFlag
 	logFile     string
 	metricsAddr string
@@ -83,6 +84,7 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.dirMode, "dir-mode", "permission bits of directories, octal")
 	fs.DurationVar(&m.metadataTTL, "metadata-ttl", time.Minute, "how long listed names and attributes are trusted before the bucket is asked again")
 	fs.DurationVar(&m.negativeTTL, "negative-ttl", 5*time.Second, "how long a name found missing stays missing before the bucket is asked again")
+	fs.DurationVar(&m.opTimeout, "op-timeout", 60*time.Second, "bound of one object-store call, retries included (per 64 MiB of a part or range); past it the call fails and the system call gets EIO (see docs/semantics.md)")
 	fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
 	fs.StringVar(&m.logFile, "log-file", "", "append logs to this file (default: stderr; a background daemon without --log-file logs nothing once mounted)")
 	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
@@ -115,6 +117,9 @@ func runMount(ctx context.Context, e Env, args []string) error {
 	}
 	if m.metadataTTL < 0 || m.negativeTTL < 0 {
 		return usageErr("--metadata-ttl and --negative-ttl must not be negative")
+	}
+	if m.opTimeout <= 0 {
+		return usageErr("--op-timeout must be positive, e.g. 60s")
 	}
 	if err := m.gdd.validate(); err != nil {
 		return err
@@ -276,6 +281,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err != nil {
 		return fail(err)
 	}
+	opts.RequestTimeout = m.opTimeout
 	if err := checkBucket(setupCtx, opts); err != nil {
 		if setupCtx.Err() != nil && ctx.Err() == nil {
 			return fail(errors.New("interrupted"))

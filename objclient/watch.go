@@ -1,0 +1,166 @@
+package objclient
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+// errStalled is the error a response body returns once it has sent
+// nothing for StallTimeout and was cut; the SDK retries the request.
+var errStalled = errors.New("response body stalled")
+
+// stallClient watches every response body of the SDK's requests (LIST,
+// HEAD, multipart create/complete, PUT replies): a body that sends nothing
+// for stall is cut (its request's context cancelled) and its reads fail
+// with errStalled, which retryTruncated makes the SDK retry. Without it a
+// stalled LIST body blocks until the operation's deadline. GetRange's
+// bodies are watched by getOnce as well; the two timers agree.
+type stallClient struct {
+	next  aws.HTTPClient
+	stall time.Duration
+	log   *slog.Logger
+}
+
+// Do implements aws.HTTPClient.
+func (c stallClient) Do(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	resp, err := c.next.Do(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		if req.Context().Err() == nil {
+			return nil, err
+		}
+		if errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+			c.log.Warn("object store gave no answer within the op timeout", "method", req.Method, "path", req.URL.Path, "err", err)
+		}
+		return nil, err
+	}
+	if req.Method == http.MethodHead || resp.ContentLength == 0 {
+		// No body to watch.
+		resp.Body = cancelOnClose{resp.Body, cancel}
+		return resp, nil
+	}
+	b := &stallBody{rc: resp.Body}
+	b.timer = time.AfterFunc(c.stall, func() {
+		if b.closed.Load() {
+			return
+		}
+		b.stalled.Store(true)
+		c.log.Warn("response body stalled; cut, the request is retried", "method", req.Method, "path", req.URL.Path, "stall_timeout", c.stall)
+		cancel()
+	})
+	b.cancel = cancel
+	b.stall = c.stall
+	resp.Body = b
+	return resp, nil
+}
+
+// stallBody is a response body with a progress timer.
+type stallBody struct {
+	rc      io.ReadCloser
+	timer   *time.Timer
+	stall   time.Duration
+	cancel  context.CancelFunc
+	stalled atomic.Bool
+	closed  atomic.Bool
+	once    sync.Once
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 && !b.stalled.Load() {
+		b.timer.Reset(b.stall)
+	}
+	if err != nil && err != io.EOF && b.stalled.Load() {
+		return n, fmt.Errorf("%w: nothing for %v: %w", errStalled, b.stall, err)
+	}
+	if err == io.EOF {
+		b.timer.Stop()
+	}
+	return n, err
+}
+
+func (b *stallBody) Close() error {
+	b.once.Do(func() {
+		b.closed.Store(true)
+		b.timer.Stop()
+	})
+	err := b.rc.Close()
+	b.cancel()
+	return err
+}
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// retryTruncated is an SDK retry rule: a response whose body broke off
+// (truncated by a cut connection, io.ErrUnexpectedEOF), stalled
+// (errStalled) or ended inside its XML document is worth another attempt,
+// like a connection reset. The SDK's default rules leave such
+// deserialization errors final, so a truncated LIST or
+// CreateMultipartUpload reply failed at once (issue 14).
+type retryTruncated struct{}
+
+// IsErrorRetryable implements retry.IsErrorRetryable.
+func (retryTruncated) IsErrorRetryable(err error) aws.Ternary {
+	var se *xml.SyntaxError
+	if errors.Is(err, errStalled) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &se) {
+		return aws.TrueTernary
+	}
+	return aws.UnknownTernary
+}
+
+// opTimeout is the bound of one store call that moves n body bytes:
+// RequestTimeout per started 64 MiB (at least one), so a large part on a
+// slow link is not cut while an 8 MiB part or a metadata call gets
+// RequestTimeout.
+func (s *S3) opTimeout(n int) time.Duration {
+	units := 1 + (max(n, 1)-1)/(64<<20)
+	return s.opts.RequestTimeout * time.Duration(units)
+}
+
+// timedOut turns err from a call run under octx (parent plus the op
+// timeout d) into one that says the op timeout ended it, and logs that,
+// when it did; otherwise it returns err unchanged.
+func (s *S3) timedOut(parent, octx context.Context, d time.Duration, err error) error {
+	if err == nil || parent.Err() != nil || !errors.Is(octx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	s.log.Warn("store call gave up at the op timeout", "op_timeout", d, "err", err)
+	return fmt.Errorf("no complete answer within the op timeout of %v: %w", d, err)
+}
+
+// endpointName names the endpoint in messages: the custom URL, else "AWS S3".
+func (s *S3) endpointName() string {
+	if s.opts.Endpoint != "" {
+		return s.opts.Endpoint
+	}
+	if s.raw != nil {
+		return s.raw.base
+	}
+	return "AWS S3"
+}
+
+// notS3 is the error for a reply that an S3 server never gives.
+func (s *S3) notS3(op, key, what string) error {
+	return fmt.Errorf("objclient: %s %q: the endpoint %s is not S3 (%s): %w", op, key, s.endpointName(), what, ErrNotS3)
+}
