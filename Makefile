@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build deps demo test test-short vet bench bench-quick gpu-check clean
+.PHONY: all build deps demo test test-short vet bench bench-quick gpu-check soak clean
 
 all: build
 
@@ -22,6 +22,11 @@ demo: deps build
 # Every test: unit tests, real FUSE mounts, versitygw integration, e2e.
 test: deps
 	bash scripts/test.sh
+
+# The fault-injection integrity pass at 100,000+ reads (not in CI): prints
+# reads, faults injected by kind, errors by kind and the slowest read.
+soak: deps
+	bash scripts/soak.sh
 
 vet:
 	$(GO) vet ./...

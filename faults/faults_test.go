@@ -236,7 +236,11 @@ func TestIntegrityUnderFaults(t *testing.T) {
 				tl.slowest, tl.slowestWhat = d, what
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*hangGuard)
+		guard := 10 * hangGuard
+		if os.Getenv("OS2G_SOAK_READS") != "" {
+			guard = 4 * time.Hour
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
 		for pass := 0; tl.reads < reads && ctx.Err() == nil; pass++ {
 			mnt, unmount := s.mount(t, m.o)
 			order := rand.New(rand.NewPCG(uint64(pass), 7)).Perm(len(files))
