@@ -224,32 +224,16 @@ func TestNotS3Refused(t *testing.T) {
 // connections but never answers (SIGSTOP) and one that is gone
 // (connection refused), every operation, writes and resumable reads
 // included, fails with ErrUnavailable once the op timeout has passed,
-// however many attempts are allowed (issue 14 item 3).
+// however many attempts are allowed (issue 14 item 3). Each operation
+// gets a store of its own: after the first, a store fails at once
+// (TestBreaker).
 func TestFrozenAndKilledServerBounded(t *testing.T) {
-	for _, killed := range []bool{false, true} {
-		s, direct, p := proxied(t, func(o *objclient.Options) {
-			o.StallTimeout = 200 * time.Millisecond
-			o.RequestTimeout = time.Second
-			o.MaxAttempts = 1000 // only the deadline can end the retries
-		})
-		putBytes(t, direct, "small.txt", pattern(100))
-		if killed {
-			p.Close()
-		} else {
-			p.Add(objtest.Fault{Kind: objtest.FaultHang})
-		}
-		ctx := ctxT(t) // hang guard
-		var errs []error
-		_, err := s.List(ctx, objclient.ListRequest{})
-		errs = append(errs, err)
-		_, err = s.Stat(ctx, "small.txt")
-		errs = append(errs, err)
-		_, err = s.GetRange(ctx, "small.txt", 0, make([]byte, 100), "")
-		errs = append(errs, err)
-		for _, size := range []int{100, 6 << 20} {
+	put := func(size int) func(s *objclient.S3) error {
+		return func(s *objclient.S3) error {
+			ctx := ctxT(t)
 			w, err := s.Put(ctx, "new.bin", objclient.PutOptions{PartSize: 5 << 20})
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 			_, werr := w.Write(pattern(size))
 			if werr == nil {
@@ -257,16 +241,86 @@ func TestFrozenAndKilledServerBounded(t *testing.T) {
 			} else {
 				_ = w.Abort(ctx)
 			}
-			errs = append(errs, werr)
+			return werr
 		}
-		for i, err := range errs {
-			if !errors.Is(err, objclient.ErrUnavailable) {
-				t.Errorf("killed=%v: call %d: %v, want ErrUnavailable", killed, i, err)
+	}
+	ops := []struct {
+		name string
+		call func(s *objclient.S3) error
+	}{
+		{"list", func(s *objclient.S3) error { _, err := s.List(ctxT(t), objclient.ListRequest{}); return err }},
+		{"stat", func(s *objclient.S3) error { _, err := s.Stat(ctxT(t), "small.txt"); return err }},
+		{"get", func(s *objclient.S3) error {
+			_, err := s.GetRange(ctxT(t), "small.txt", 0, make([]byte, 100), "")
+			return err
+		}},
+		{"put", put(100)},
+		{"put multipart", put(6 << 20)},
+	}
+	for _, killed := range []bool{false, true} {
+		for _, op := range ops {
+			s, direct, p := proxied(t, func(o *objclient.Options) {
+				o.StallTimeout = 200 * time.Millisecond
+				o.RequestTimeout = time.Second
+				o.MaxAttempts = 1000 // only the deadline can end the retries
+			})
+			putBytes(t, direct, "small.txt", pattern(100))
+			if killed {
+				p.Close()
+			} else {
+				p.Add(objtest.Fault{Kind: objtest.FaultHang})
+			}
+			if err := op.call(s); !errors.Is(err, objclient.ErrUnavailable) || !strings.Contains(err.Error(), "op timeout") {
+				t.Errorf("killed=%v: %s: %v, want ErrUnavailable at the op timeout", killed, op.name, err)
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("killed=%v: the hang guard fired: a call did not end at the op timeout", killed)
+	}
+}
+
+// TestBreaker: once a call has gone a whole op timeout unanswered, the
+// store's calls fail at once without a request (a system call that makes
+// several calls waits one op timeout, not several); one call a second is
+// let through, and the first reply closes the breaker.
+func TestBreaker(t *testing.T) {
+	s, direct, p := proxied(t, func(o *objclient.Options) {
+		o.StallTimeout = 200 * time.Millisecond
+		o.RequestTimeout = time.Second
+		o.MaxAttempts = 1000
+	})
+	putBytes(t, direct, "small.txt", pattern(100))
+	ctx := ctxT(t)
+	p.Add(objtest.Fault{Kind: objtest.FaultHang})
+	if _, err := s.Stat(ctx, "small.txt"); !errors.Is(err, objclient.ErrUnavailable) {
+		t.Fatalf("Stat against a frozen server: %v", err)
+	}
+	before := p.Requests("")
+	for range 5 {
+		_, err := s.GetRange(ctx, "small.txt", 0, make([]byte, 100), "")
+		if !errors.Is(err, objclient.ErrUnavailable) || !strings.Contains(err.Error(), "failing at once") {
+			t.Fatalf("GetRange with the breaker open: %v, want ErrUnavailable failing at once", err)
 		}
+	}
+	if n := p.Requests("") - before; n > 1 {
+		t.Errorf("%d requests sent with the breaker open, want at most 1 (a probe)", n)
+	}
+	p.Clear() // the server is back
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := s.Stat(ctx, "small.txt")
+		if err == nil {
+			if info.Size != 100 {
+				t.Fatalf("Stat after recovery: size %d", info.Size)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store still fails a minute after the server came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	buf := make([]byte, 100)
+	if n, err := s.GetRange(ctx, "small.txt", 0, buf, ""); err != nil || n != 100 {
+		t.Fatalf("GetRange after recovery: %d, %v", n, err)
 	}
 }
 

@@ -33,6 +33,8 @@ type S3 struct {
 	// raw makes GetRange's requests without the SDK's middleware (see
 	// rawget.go); nil: through the SDK.
 	raw *rawGetter
+	// brk fails calls at once while the store is not answering.
+	brk breaker
 	// retries counts requests sent again after a throttling reply or a
 	// transient failure (the SDK's retries and raw's).
 	retries atomic.Int64
@@ -116,7 +118,7 @@ func New(ctx context.Context, o Options) (*S3, error) {
 		so.Retryer = countRetries{so.Retryer, &s.retries}
 		so.UsePathStyle = o.ForcePathStyle
 		// Wrapped here, after the config has set up the CA bundle on hc.
-		so.HTTPClient = stallClient{next: so.HTTPClient, stall: o.StallTimeout, log: o.Logger}
+		so.HTTPClient = stallClient{next: so.HTTPClient, stall: o.StallTimeout, log: o.Logger, brk: &s.brk}
 		// Ranged GETs never carry a whole-object checksum; do not log each one.
 		so.DisableLogOutputChecksumValidationSkipped = true
 		if o.Endpoint != "" {
@@ -189,6 +191,9 @@ func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
 // (PutObject, UploadPart): its bound is opTimeout(n).
 func (s *S3) callSized(ctx context.Context, n int, fn func(context.Context) error) error {
 	d := s.opTimeout(n)
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return err
+	}
 	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return s.timedOut(ctx, octx, d, s.callExpiry(octx, isExpiredToken, fn))
@@ -204,6 +209,9 @@ func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error
 // expired token shows only as a bare 400.
 func (s *S3) callHead(ctx context.Context, fn func(context.Context) error) error {
 	d := s.opTimeout(0)
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return err
+	}
 	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return s.timedOut(ctx, octx, d, s.callExpiry(octx, func(err error) bool {
@@ -488,6 +496,9 @@ func (s *S3) GetRange(ctx context.Context, key string, off int64, buf []byte, if
 	}
 	parent := ctx
 	d := s.opTimeout(len(buf))
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return 0, fmt.Errorf("objclient: get %q: %w", key, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	n, err := s.getRange(ctx, key, off, buf, ifMatch)
@@ -547,9 +558,8 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		in.IfMatch = aws.String(ifMatch)
 	}
 	var out *rawResponse
-	// Headers must come within RequestTimeout, across retries; the body
-	// is then timed by the stall timer below.
-	headers := time.AfterFunc(s.opts.RequestTimeout, cancel)
+	// Headers must come within the op deadline of GetRange (ctx), across
+	// retries; the body is then timed by the stall timer below.
 	err = s.callBody(actx, func(c context.Context) error {
 		var err error
 		// Until headers arrive, failures are retried (the transport's
@@ -565,7 +575,6 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		}
 		return err
 	})
-	headers.Stop()
 	if err != nil {
 		code, status := apiCode(err)
 		if code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {
@@ -600,6 +609,10 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		if rerr != nil {
 			if ctx.Err() != nil {
 				return n, true, etag, normalise(ctx, "get", key, ctx.Err())
+			}
+			if actx.Err() != nil {
+				// Cut by the stall timer: not the caller's cancellation.
+				return n, false, etag, fmt.Errorf("objclient: get %q: body: %w: %w: nothing for %v", key, ErrUnavailable, errStalled, s.opts.StallTimeout)
 			}
 			return n, false, etag, fmt.Errorf("objclient: get %q: body: %w: %w", key, ErrUnavailable, rerr)
 		}

@@ -29,12 +29,16 @@ type stallClient struct {
 	next  aws.HTTPClient
 	stall time.Duration
 	log   *slog.Logger
+	brk   *breaker // told of every reply
 }
 
 // Do implements aws.HTTPClient.
 func (c stallClient) Do(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(req.Context())
 	resp, err := c.next.Do(req.WithContext(ctx))
+	if err == nil {
+		c.brk.answered(c.log)
+	}
 	if err != nil {
 		cancel()
 		if req.Context().Err() == nil {
@@ -82,7 +86,9 @@ func (b *stallBody) Read(p []byte) (int, error) {
 		b.timer.Reset(b.stall)
 	}
 	if err != nil && err != io.EOF && b.stalled.Load() {
-		return n, fmt.Errorf("%w: nothing for %v: %w", errStalled, b.stall, err)
+		// Not wrapping err: it is our own cancellation (context.Canceled),
+		// which callers would take for theirs (EINTR).
+		return n, fmt.Errorf("%w: nothing for %v (%v)", errStalled, b.stall, err)
 	}
 	if err == io.EOF {
 		b.timer.Stop()
@@ -138,6 +144,52 @@ func (s *S3) opTimeout(n int) time.Duration {
 	return s.opts.RequestTimeout * time.Duration(units)
 }
 
+// breaker fails store calls at once while the store is not answering, so
+// that a system call that makes several calls one after the other (a read
+// the kernel retries page by page, a lookup, a close that settles its
+// upload) waits about one op timeout, not one per call. It opens when a
+// call has gone a whole op timeout without an answer, and closes at the
+// store's next reply of any kind (an error status included). While it is
+// open, one call per second is let through to try (the circuit breaker's
+// half-open state; Michael Nygard, "Release It!", 2007).
+type breaker struct {
+	open    atomic.Bool
+	since   atomic.Int64 // unix ns when it opened
+	lastTry atomic.Int64 // unix ns of the last call let through while open
+}
+
+// allow reports whether a call may go to the store now; if not, the error
+// (wrapping ErrUnavailable) says why.
+func (b *breaker) allow(endpoint string, d time.Duration) error {
+	if !b.open.Load() {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	last := b.lastTry.Load()
+	if now-last >= int64(time.Second) && b.lastTry.CompareAndSwap(last, now) {
+		return nil
+	}
+	return fmt.Errorf("the object store at %s has not answered since %s (op timeout %v); failing at once until it answers again: %w",
+		endpoint, time.Unix(0, b.since.Load()).UTC().Format(time.RFC3339), d, ErrUnavailable)
+}
+
+// trip opens the breaker after a call went a whole op timeout unanswered.
+func (b *breaker) trip(log *slog.Logger, endpoint string) {
+	now := time.Now().UnixNano()
+	b.lastTry.Store(now)
+	if b.open.CompareAndSwap(false, true) {
+		b.since.Store(now)
+		log.Error("object store not answering: store calls fail at once (EIO) until it answers again", "endpoint", endpoint)
+	}
+}
+
+// answered closes the breaker: a reply came.
+func (b *breaker) answered(log *slog.Logger) {
+	if b.open.Load() && b.open.CompareAndSwap(true, false) {
+		log.Warn("object store answers again", "down_for", time.Since(time.Unix(0, b.since.Load())).Round(time.Millisecond))
+	}
+}
+
 // timedOut turns err from a call run under octx (parent plus the op
 // timeout d) into one that says the op timeout ended it, and logs that,
 // when it did; otherwise it returns err unchanged.
@@ -146,6 +198,7 @@ func (s *S3) timedOut(parent, octx context.Context, d time.Duration, err error) 
 		return err
 	}
 	s.log.Warn("store call gave up at the op timeout", "op_timeout", d, "err", err)
+	s.brk.trip(s.log, s.endpointName())
 	return fmt.Errorf("no complete answer within the op timeout of %v: %w", d, err)
 }
 
