@@ -59,6 +59,7 @@ func BenchmarkListEmptyObjects(b *testing.B) {
 		return count
 	}
 	var raw, mounted time.Duration
+	var heads int64
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
@@ -68,7 +69,8 @@ func BenchmarkListEmptyObjects(b *testing.B) {
 		raw += time.Since(start)
 
 		mnt := b.TempDir()
-		fsrv, err := fusefs.Mount(mnt, fusefs.Options{Store: st, Logger: srv.Options().Logger})
+		counted := objtest.NewCounting(st)
+		fsrv, err := fusefs.Mount(mnt, fusefs.Options{Store: counted, Logger: srv.Options().Logger})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,6 +86,7 @@ func BenchmarkListEmptyObjects(b *testing.B) {
 			}
 		}
 		mounted += time.Since(start)
+		heads += counted.Count("Stat")
 		if err := fsrv.Unmount(); err != nil {
 			b.Fatal(err)
 		}
@@ -92,4 +95,5 @@ func BenchmarkListEmptyObjects(b *testing.B) {
 	b.ReportMetric(float64(mounted.Nanoseconds())/float64(b.N), "mount-ns/op")
 	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/op")
 	b.ReportMetric(float64(mounted)/float64(raw), "ratio")
+	b.ReportMetric(float64(heads)/float64(b.N)/float64(n), "HEADs/object")
 }
