@@ -177,13 +177,13 @@ func TestPartFailureFailsFast(t *testing.T) {
 	}
 }
 
-// notS3Server answers 200 with an HTML page to every request, like a
-// plain web server.
-func notS3Server(t *testing.T) string {
+// notS3Server answers 200 with page to every request, like a plain web
+// server.
+func notS3Server(t *testing.T, page string) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprint(w, "<html><body><h1>It works!</h1></body></html>\n")
+		fmt.Fprint(w, page)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -193,7 +193,15 @@ func notS3Server(t *testing.T) string {
 // fails the bucket check and every write with ErrNotS3, and the message
 // names the endpoint (issue 14 item 4).
 func TestNotS3Refused(t *testing.T) {
-	url := notS3Server(t)
+	for _, page := range []string{
+		"<html><body><h1>It works!</h1></body></html>\n",
+		"<!DOCTYPE html>\n<html><head><meta charset=utf-8><title>Hi</title></head><body><p>line<br>next</body></html>\n", // not XML
+	} {
+		notS3(t, notS3Server(t, page))
+	}
+}
+
+func notS3(t *testing.T, url string) {
 	o := (&objtest.Server{URL: url, Bucket: "data", AccessKeyID: "k", SecretAccessKey: "s"}).Options()
 	o.MaxAttempts = 2
 	s := objtest.NewS3(t, o)

@@ -303,7 +303,7 @@ func (s *S3) putSingle(ctx context.Context, key string, data []byte, opts PutOpt
 		return err
 	})
 	if err != nil {
-		err = normalise(ctx, "put", key, err)
+		err = s.norm(ctx, "put", key, err)
 		sum := md5.Sum(data)
 		if etag, ok := s.settle(ctx, key, err, int64(len(data)), hex.EncodeToString(sum[:])); ok {
 			out = &s3.PutObjectOutput{ETag: aws.String(etag)}
@@ -385,7 +385,7 @@ func (s *S3) createMultipart(ctx context.Context, key string, opts PutOptions) (
 		return err
 	})
 	if err != nil {
-		return nil, normalise(ctx, "put", key, err)
+		return nil, s.norm(ctx, "put", key, err)
 	}
 	if aws.ToString(out.UploadId) == "" {
 		return nil, s.notS3("put", key, "its CreateMultipartUpload reply has no UploadId")
@@ -405,7 +405,7 @@ func (m *multipart) uploadPart(ctx context.Context, num int, data []byte) (strin
 		return err
 	})
 	if err != nil {
-		return "", normalise(ctx, fmt.Sprintf("upload part %d of", num), m.key, err)
+		return "", m.s.norm(ctx, fmt.Sprintf("upload part %d of", num), m.key, err)
 	}
 	if aws.ToString(out.ETag) == "" {
 		return "", m.s.notS3(fmt.Sprintf("upload part %d of", num), m.key, "its UploadPart reply has no ETag")
@@ -432,7 +432,7 @@ func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart, s
 		return err
 	})
 	if err != nil {
-		err = normalise(ctx, "complete upload of", m.key, err)
+		err = m.s.norm(ctx, "complete upload of", m.key, err)
 		if want, ok := multipartETag(parts); ok {
 			if etag, ok := m.s.settle(ctx, m.key, err, size, want); ok {
 				return ObjectInfo{Key: m.key, ETag: etag, LastModified: time.Now().UTC()}, nil

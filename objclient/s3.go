@@ -248,7 +248,7 @@ func (s *S3) CheckBucket(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return normalise(ctx, "check bucket", s.opts.Bucket, err)
+		return s.norm(ctx, "check bucket", s.opts.Bucket, err)
 	}
 	if aws.ToString(out.Name) == "" && out.MaxKeys == nil && out.KeyCount == nil {
 		return s.notS3("check bucket", s.opts.Bucket, "its reply to ListObjectsV2 is not an S3 ListBucketResult")

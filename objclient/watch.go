@@ -2,7 +2,6 @@ package objclient
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -120,16 +119,16 @@ func (c cancelOnClose) Close() error {
 
 // retryTruncated is an SDK retry rule: a response whose body broke off
 // (truncated by a cut connection, io.ErrUnexpectedEOF), stalled
-// (errStalled) or ended inside its XML document is worth another attempt,
-// like a connection reset. The SDK's default rules leave such
+// (errStalled) is worth another attempt, like a connection reset. (S3
+// replies carry a Content-Length or are chunked, so a cut shows as
+// io.ErrUnexpectedEOF; a reply that is not XML at all is not retried.) The SDK's default rules leave such
 // deserialization errors final, so a truncated LIST or
 // CreateMultipartUpload reply failed at once (issue 14).
 type retryTruncated struct{}
 
 // IsErrorRetryable implements retry.IsErrorRetryable.
 func (retryTruncated) IsErrorRetryable(err error) aws.Ternary {
-	var se *xml.SyntaxError
-	if errors.Is(err, errStalled) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &se) {
+	if errors.Is(err, errStalled) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return aws.TrueTernary
 	}
 	return aws.UnknownTernary
@@ -211,6 +210,15 @@ func (s *S3) endpointName() string {
 		return s.raw.base
 	}
 	return "AWS S3"
+}
+
+// norm is normalise, naming the endpoint when the reply was not S3's.
+func (s *S3) norm(ctx context.Context, op, key string, err error) error {
+	err = normalise(ctx, op, key, err)
+	if errors.Is(err, ErrNotS3) {
+		return fmt.Errorf("objclient: the endpoint %s is not S3: %w", s.endpointName(), err)
+	}
+	return err
 }
 
 // notS3 is the error for a reply that an S3 server never gives.
