@@ -462,8 +462,8 @@ func TestServerGoneBounded(t *testing.T) {
 	for _, killed := range []bool{false, true} {
 		for _, c := range calls {
 			s := newStackOn(t, srv, func(o *objclient.Options) {
-				o.StallTimeout = 500 * time.Millisecond
-				o.RequestTimeout = 2 * time.Second
+				o.StallTimeout = time.Second
+				o.RequestTimeout = 3 * time.Second
 				o.MaxAttempts = 1000 // only the op timeout can end the retries
 			})
 			mnt, _ := s.mount(t, fusefs.Options{PartSize: 5 << 20, WriteWindow: 2 << 20})
@@ -487,12 +487,12 @@ func TestServerGoneBounded(t *testing.T) {
 			go func() { done <- c.call(mnt, f) }()
 			select {
 			case err := <-done:
-				t.Logf("killed=%v: %s: %v after %v (op timeout 2s)", killed, c.name, err, time.Since(start).Round(time.Millisecond))
+				t.Logf("killed=%v: %s: %v after %v (op timeout 3s)", killed, c.name, err, time.Since(start).Round(time.Millisecond))
 				if !errors.Is(err, syscall.EIO) {
 					t.Errorf("killed=%v: %s: %v, want EIO", killed, c.name, err)
 				}
 			case <-time.After(hangGuard):
-				t.Fatalf("killed=%v: %s still waiting after %v (op timeout 2s)", killed, c.name, hangGuard)
+				t.Fatalf("killed=%v: %s still waiting after %v (op timeout 3s)", killed, c.name, hangGuard)
 			}
 			if logs := s.logs.String(); !strings.Contains(logs, "op timeout") {
 				t.Errorf("killed=%v: %s: the log does not say why:\n%s", killed, c.name, logs)
