@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build install deps demo test test-short vet bench bench-quick gpu-check clean
+.PHONY: all build install deps demo test test-short vet bench bench-quick gpu-check soak clean
 
 all: build
 
@@ -38,6 +38,11 @@ demo: deps build
 # Every test: unit tests, real FUSE mounts, versitygw integration, e2e.
 test: deps
 	bash scripts/test.sh
+
+# The fault-injection integrity pass at 100,000+ reads (not in CI): prints
+# reads, faults injected by kind, errors by kind and the slowest read.
+soak: deps
+	bash scripts/soak.sh
 
 vet:
 	$(GO) vet ./...

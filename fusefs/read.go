@@ -84,7 +84,15 @@ func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(dest[:got]), 0
 }
 
+// readErr maps a read's error. The handle reads one version of the
+// object; a version that is gone, replaced (ErrChanged) or deleted
+// (ErrNotFound), gives ESTALE: read(2) does not document ENOENT.
 func (h *readHandle) readErr(err error) syscall.Errno {
+	if errors.Is(err, objclient.ErrNotFound) {
+		h.n.markStale()
+		h.n.fsys.log.Warn("object deleted while open", "op", "read", "key", h.key, "err", err)
+		return syscall.ESTALE
+	}
 	if errors.Is(err, objclient.ErrChanged) {
 		h.n.markStale()
 	}

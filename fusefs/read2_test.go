@@ -539,6 +539,32 @@ func TestReadChangedObjectIsESTALE(t *testing.T) {
 	}
 }
 
+// An object deleted under an open handle gives ESTALE, as a replaced one
+// does, not ENOENT, which read(2) does not document (issue 14); also in
+// dataset mode, where the kernel opens files itself.
+func TestReadDeletedObjectIsESTALE(t *testing.T) {
+	requireFUSE(t)
+	for _, o := range []Options{{}, {ReadOnly: true, Immutable: true}} {
+		mem := objtest.NewMem()
+		seed(t, mem, obj{key: "x.bin", data: bytes.Repeat([]byte{1}, 3<<20)})
+		mnt := testMount(t, mem, o)
+		f, err := os.Open(join(mnt, "x.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 4096)
+		if _, err := f.ReadAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Delete(context.Background(), "x.bin"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.ReadAt(b, 2<<20)
+		wantErrno(t, fmt.Sprintf("read after deletion (read-only %v, immutable %v)", o.ReadOnly, o.Immutable), err, syscall.ESTALE)
+		f.Close()
+	}
+}
+
 // FOPEN_KEEP_CACHE: a second open of an unchanged object is served from
 // the kernel page cache, with no GET.
 func TestKeepCacheAcrossOpens(t *testing.T) {

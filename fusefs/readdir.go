@@ -360,10 +360,24 @@ func decidedUpTo(page objclient.ListPage, held []objclient.ObjectInfo) string {
 	return last
 }
 
+// zeroChecks is how many zero-byte objects of one listing page are
+// checked for a directory marker at once (one HEAD each).
+const zeroChecks = 32
+
 // checkZero decides, for zero-byte objects, whether they are
-// application/x-directory markers (one HEAD each, remembered per ETag).
+// application/x-directory markers: one HEAD each, remembered per ETag,
+// up to zeroChecks of them at once (a page of empty objects cost a
+// sequential HEAD per entry: listing 100,000 empty objects took 5-6 times
+// the LIST, issue 14).
 func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, syscall.Errno) {
 	d := h.d
+	var (
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, zeroChecks)
+		mu       sync.Mutex // guards firstErr, errKey
+		firstErr error
+		errKey   string
+	)
 	for i := range out {
 		e := &out[i]
 		if !e.zero {
@@ -378,16 +392,30 @@ func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, sysc
 			e.e = old
 			continue
 		}
-		key := childKey(d.key, e.name)
-		ne, found, err := d.checkZero(ctx, key, e.e)
-		if err != nil {
-			return out, d.fsys.errno("readdir", key, err)
-		}
-		if found {
-			e.e = ne
-		} else {
-			e.name = "" // vanished; dropped below
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			key := childKey(d.key, e.name)
+			ne, found, err := d.checkZero(ctx, key, e.e)
+			switch {
+			case err != nil:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr, errKey = err, key
+				}
+				mu.Unlock()
+			case found:
+				e.e = ne
+			default:
+				e.name = "" // vanished; dropped below
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return out, d.fsys.errno("readdir", errKey, firstErr)
 	}
 	kept := out[:0]
 	for _, e := range out {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 
@@ -97,6 +98,12 @@ func sentinelOf(err error) error {
 		return ErrUnavailable
 	case status == http.StatusBadRequest:
 		return ErrInvalidArgument
+	}
+	var de *smithy.DeserializationError
+	if errors.As(err, &de) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errStalled) {
+		// A success status with a body that is not S3's XML: a web
+		// server, not S3 (a cut body is io.ErrUnexpectedEOF instead).
+		return ErrNotS3
 	}
 	var ne net.Error // *net.OpError, timeouts, DNS failures
 	if errors.As(err, &ne) {

@@ -31,17 +31,19 @@ type Options struct {
 
 	// MaxConnsPerHost caps idle and active connections to the endpoint (default 256).
 	MaxConnsPerHost int
-	// RequestTimeout bounds one metadata operation (HEAD, LIST, DELETE,
-	// COPY, multipart create/complete/abort) across all its retries, and
-	// the wait for a ranged GET's response headers across its retries,
-	// default 60 s; past it the operation fails with ErrUnavailable, so a
-	// silent server gives the application EIO in bounded time. Part and
-	// object bodies are not bounded by it (large parts on slow links);
-	// StallTimeout catches bodies that stop.
+	// RequestTimeout is the op timeout (os2g mount --op-timeout): it
+	// bounds every store call, all its retries included, default 60 s:
+	// HEAD, LIST, DELETE, COPY, multipart create/complete/abort, and
+	// GetRange, PutObject and UploadPart per started 64 MiB of body (a
+	// large part on a slow link is not cut). Past it the call fails with
+	// ErrUnavailable and a log line, so a silent or dead server gives the
+	// application EIO in bounded time. A completion whose reply was lost
+	// is then settled with one more HEAD under the same bound.
 	RequestTimeout time.Duration
 	// StallTimeout cancels an attempt whose response has made no progress
-	// (no header, no body bytes) for this long, default 20 s; the read
-	// resumes on a new connection from the last byte received.
+	// (no header, no body bytes) for this long, default 20 s: a GET
+	// resumes on a new connection from the last byte received, any other
+	// request (a LIST, a multipart completion) is sent again.
 	StallTimeout time.Duration
 	// MaxAttempts per operation, first try included (default 10).
 	MaxAttempts int

@@ -3,8 +3,12 @@ package objclient
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +42,10 @@ func (s *S3) Put(ctx context.Context, key string, opts PutOptions) (Writer, erro
 		return nil, fmt.Errorf("objclient: put %q: part size %d below 5 MiB: %w", key, base, ErrInvalidArgument)
 	}
 	w := &s3Writer{
-		s: s, ctx: context.WithoutCancel(ctx), key: key, opts: opts, base: base,
+		s: s, key: key, opts: opts, base: base,
 		sem: make(chan struct{}, s.opts.UploadConcurrency),
 	}
+	w.ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	w.buf = make([]byte, 0, min(base, 1<<20))
 	return w, nil
 }
@@ -48,11 +53,15 @@ func (s *S3) Put(ctx context.Context, key string, opts PutOptions) (Writer, erro
 // s3Writer buffers one part at a time; full parts are uploaded by
 // goroutines (at most UploadConcurrency at once) while the caller writes on.
 type s3Writer struct {
-	s    *S3
-	ctx  context.Context // the Put's context without its cancellation
-	key  string
-	opts PutOptions
-	base int64
+	s *S3
+	// ctx is the Put's context without its cancellation; cancel ends it
+	// when a part fails (the other parts in flight stop at once) and when
+	// the Writer is done.
+	ctx    context.Context
+	cancel context.CancelFunc
+	key    string
+	opts   PutOptions
+	base   int64
 
 	buf     []byte // the part being filled
 	written int64
@@ -62,10 +71,64 @@ type s3Writer struct {
 	sem     chan struct{} // upload slots
 	wg      sync.WaitGroup
 
-	mu    sync.Mutex // guards parts, err, free
+	mu    sync.Mutex // guards parts, err, free, aborted
 	parts []types.CompletedPart
 	err   error
 	free  [][]byte
+	// aborted is closed when the abort of the multipart upload, started by
+	// the first failed part, has ended; nil until then.
+	aborted chan struct{}
+}
+
+// abortWait bounds how long Commit and Abort wait for the abort of a
+// failed upload: the failure is already known and the application gets it
+// at once; an abort that takes longer (a dead server) goes on in the
+// background and logs its own failure.
+const abortWait = 5 * time.Second
+
+// failFast records the first failure of a part: the other parts in flight
+// are cancelled and the multipart upload is aborted in the background, so
+// that write, fsync and close answer at once (issue 14).
+func (w *s3Writer) failFast(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	start := w.aborted == nil && w.mp != nil
+	if start {
+		w.aborted = make(chan struct{})
+	}
+	done := w.aborted
+	w.mu.Unlock()
+	w.cancel()
+	if start {
+		go func() {
+			defer close(done)
+			w.mp.abort(context.Background())
+		}()
+	}
+}
+
+// settleAbort starts the abort if no part failure has, and waits for it
+// up to abortWait.
+func (w *s3Writer) settleAbort() {
+	w.mu.Lock()
+	if w.aborted == nil {
+		w.aborted = make(chan struct{})
+		done := w.aborted
+		go func() {
+			defer close(done)
+			w.mp.abort(context.Background())
+		}()
+	}
+	done := w.aborted
+	w.mu.Unlock()
+	t := time.NewTimer(abortWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func (w *s3Writer) Written() int64 { return w.written }
@@ -142,14 +205,12 @@ func (w *s3Writer) flushPart() error {
 		defer w.wg.Done()
 		defer func() { <-w.sem }()
 		etag, err := w.mp.uploadPart(w.ctx, num, data)
-		w.mu.Lock()
-		defer w.mu.Unlock()
 		if err != nil {
-			if w.err == nil {
-				w.err = err
-			}
+			w.failFast(err)
 			return
 		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		w.parts = append(w.parts, types.CompletedPart{PartNumber: aws.Int32(int32(num)), ETag: aws.String(etag)})
 		if len(w.free) < 2 {
 			w.free = append(w.free, data[:0])
@@ -171,27 +232,31 @@ func (w *s3Writer) Commit(ctx context.Context) (ObjectInfo, error) {
 		return ObjectInfo{}, fmt.Errorf("objclient: commit %q twice: %w", w.key, ErrInvalidArgument)
 	}
 	w.done = true
+	defer w.cancel()
 	if w.mp == nil {
+		if err := w.failed(); err != nil {
+			return ObjectInfo{}, err // CreateMultipartUpload failed
+		}
 		return w.s.putSingle(ctx, w.key, w.buf, w.opts)
 	}
-	if len(w.buf) > 0 {
+	if len(w.buf) > 0 && w.failed() == nil {
 		if err := w.flushPart(); err != nil {
 			w.wg.Wait()
-			w.mp.abort(ctx)
+			w.settleAbort()
 			return ObjectInfo{}, err
 		}
 	}
 	w.wg.Wait()
 	if err := w.failed(); err != nil {
-		w.mp.abort(ctx)
+		w.settleAbort()
 		return ObjectInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		w.mp.abort(ctx)
+		w.settleAbort()
 		return ObjectInfo{}, normalise(ctx, "put", w.key, err)
 	}
 	sort.Slice(w.parts, func(i, j int) bool { return *w.parts[i].PartNumber < *w.parts[j].PartNumber })
-	oi, err := w.mp.complete(ctx, w.parts)
+	oi, err := w.mp.complete(ctx, w.parts, w.written)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
@@ -204,11 +269,19 @@ func (w *s3Writer) Abort(ctx context.Context) error {
 		return nil
 	}
 	w.done = true
+	w.cancel()
 	w.wg.Wait()
-	if w.mp != nil {
-		return w.mp.abort(ctx)
+	if w.mp == nil {
+		return nil
 	}
-	return nil
+	w.mu.Lock()
+	started := w.aborted != nil
+	w.mu.Unlock()
+	if started {
+		w.settleAbort() // a failed part started it
+		return nil
+	}
+	return w.mp.abort(ctx)
 }
 
 func (s *S3) putSingle(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
@@ -223,16 +296,72 @@ func (s *S3) putSingle(ctx context.Context, key string, data []byte, opts PutOpt
 		in.IfNoneMatch = aws.String(opts.IfNoneMatch)
 	}
 	var out *s3.PutObjectOutput
-	err := s.callBody(ctx, func(ctx context.Context) error {
+	err := s.callSized(ctx, len(data), func(ctx context.Context) error {
 		in.Body = bytes.NewReader(data)
 		var err error
 		out, err = s.client.PutObject(ctx, in)
 		return err
 	})
 	if err != nil {
-		return ObjectInfo{}, normalise(ctx, "put", key, err)
+		err = s.norm(ctx, "put", key, err)
+		sum := md5.Sum(data)
+		if etag, ok := s.settle(ctx, key, err, int64(len(data)), hex.EncodeToString(sum[:])); ok {
+			out = &s3.PutObjectOutput{ETag: aws.String(etag)}
+		} else {
+			return ObjectInfo{}, err
+		}
+	}
+	if aws.ToString(out.ETag) == "" {
+		return ObjectInfo{}, s.notS3("put", key, "its PutObject reply has no ETag")
 	}
 	return ObjectInfo{Key: key, Size: int64(len(data)), ETag: aws.ToString(out.ETag), LastModified: time.Now().UTC(), ContentType: opts.ContentType, Metadata: opts.Metadata}, nil
+}
+
+// settle decides an upload whose final request failed ambiguously (its
+// reply lost or cut, a retry that found the upload gone or the key taken,
+// a timeout): the request may have been applied. It asks the store (HEAD)
+// and reports the stored ETag and true when the object under key is the
+// one uploaded: size bytes and the ETag want (without quotes: the hex MD5
+// of a single PUT's bytes, or for a multipart upload the hex MD5 of the
+// concatenated binary part MD5s followed by "-N", as S3 computes it). An
+// error that says the request was refused (access, invalid argument)
+// settles nothing.
+func (s *S3) settle(ctx context.Context, key string, err error, size int64, want string) (string, bool) {
+	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrThrottled) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrChanged) {
+		return "", false
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
+	defer cancel()
+	info, herr := s.Stat(hctx, key)
+	if errors.Is(herr, ErrNotFound) {
+		return "", false // not committed
+	}
+	if herr != nil {
+		s.log.Warn("upload reply lost and the store could not be asked whether it committed", "key", key, "err", err, "stat_err", herr)
+		return "", false
+	}
+	got := strings.Trim(info.ETag, `"`)
+	if info.Size != size || !strings.EqualFold(got, want) {
+		return "", false
+	}
+	s.log.Info("upload reply lost, but the store holds the uploaded object: committed", "key", key, "etag", info.ETag, "err", err)
+	return info.ETag, true
+}
+
+// multipartETag is S3's ETag of a multipart upload of parts with the
+// given ETags: hex MD5 of the concatenated binary MD5s, "-", the part
+// count. ok is false when a part ETag is not a hex MD5 (SSE-KMS, some
+// S3 clones): the result cannot be predicted.
+func multipartETag(parts []types.CompletedPart) (string, bool) {
+	h := md5.New()
+	for _, p := range parts {
+		b, err := hex.DecodeString(strings.Trim(aws.ToString(p.ETag), `"`))
+		if err != nil || len(b) != md5.Size {
+			return "", false
+		}
+		h.Write(b)
+	}
+	return fmt.Sprintf("%x-%d", h.Sum(nil), len(parts)), true
 }
 
 // multipart is one multipart upload in progress. The upload ID is not tied
@@ -256,14 +385,17 @@ func (s *S3) createMultipart(ctx context.Context, key string, opts PutOptions) (
 		return err
 	})
 	if err != nil {
-		return nil, normalise(ctx, "put", key, err)
+		return nil, s.norm(ctx, "put", key, err)
+	}
+	if aws.ToString(out.UploadId) == "" {
+		return nil, s.notS3("put", key, "its CreateMultipartUpload reply has no UploadId")
 	}
 	return &multipart{s: s, key: key, uploadID: aws.ToString(out.UploadId), ifNoneMatch: opts.IfNoneMatch}, nil
 }
 
 func (m *multipart) uploadPart(ctx context.Context, num int, data []byte) (string, error) {
 	var out *s3.UploadPartOutput
-	err := m.s.callBody(ctx, func(ctx context.Context) error {
+	err := m.s.callSized(ctx, len(data), func(ctx context.Context) error {
 		var err error
 		out, err = m.s.client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket: aws.String(m.s.opts.Bucket), Key: aws.String(m.key),
@@ -273,12 +405,19 @@ func (m *multipart) uploadPart(ctx context.Context, num int, data []byte) (strin
 		return err
 	})
 	if err != nil {
-		return "", normalise(ctx, fmt.Sprintf("upload part %d of", num), m.key, err)
+		return "", m.s.norm(ctx, fmt.Sprintf("upload part %d of", num), m.key, err)
+	}
+	if aws.ToString(out.ETag) == "" {
+		return "", m.s.notS3(fmt.Sprintf("upload part %d of", num), m.key, "its UploadPart reply has no ETag")
 	}
 	return aws.ToString(out.ETag), nil
 }
 
-func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart) (ObjectInfo, error) {
+// complete finishes the upload of size bytes in parts. When the reply is
+// lost or cut (a retry then finds the upload gone), the store is asked
+// whether the object is the one uploaded before the answer is given; only
+// a completion that did not happen aborts the upload.
+func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart, size int64) (ObjectInfo, error) {
 	var out *s3.CompleteMultipartUploadOutput
 	err := m.s.call(ctx, func(ctx context.Context) error {
 		var err error
@@ -293,8 +432,14 @@ func (m *multipart) complete(ctx context.Context, parts []types.CompletedPart) (
 		return err
 	})
 	if err != nil {
+		err = m.s.norm(ctx, "complete upload of", m.key, err)
+		if want, ok := multipartETag(parts); ok {
+			if etag, ok := m.s.settle(ctx, m.key, err, size, want); ok {
+				return ObjectInfo{Key: m.key, ETag: etag, LastModified: time.Now().UTC()}, nil
+			}
+		}
 		m.abort(ctx)
-		return ObjectInfo{}, normalise(ctx, "complete upload of", m.key, err)
+		return ObjectInfo{}, err
 	}
 	return ObjectInfo{Key: m.key, ETag: aws.ToString(out.ETag), LastModified: time.Now().UTC()}, nil
 }

@@ -33,6 +33,8 @@ type S3 struct {
 	// raw makes GetRange's requests without the SDK's middleware (see
 	// rawget.go); nil: through the SDK.
 	raw *rawGetter
+	// brk fails calls at once while the store is not answering.
+	brk breaker
 	// retries counts requests sent again after a throttling reply or a
 	// transient failure (the SDK's retries and raw's).
 	retries atomic.Int64
@@ -78,6 +80,7 @@ func New(ctx context.Context, o Options) (*S3, error) {
 			// retries; a training job under SlowDown must keep backing off
 			// instead (CASES C17).
 			so.RateLimiter = ratelimit.None
+			so.Retryables = append([]retry.IsErrorRetryable{retryTruncated{}}, so.Retryables...)
 		})
 	}
 
@@ -114,6 +117,8 @@ func New(ctx context.Context, o Options) (*S3, error) {
 	s.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
 		so.Retryer = countRetries{so.Retryer, &s.retries}
 		so.UsePathStyle = o.ForcePathStyle
+		// Wrapped here, after the config has set up the CA bundle on hc.
+		so.HTTPClient = stallClient{next: so.HTTPClient, stall: o.StallTimeout, log: o.Logger, brk: &s.brk}
 		if o.Registerer != nil {
 			// Here, not in the config: the config needs the
 			// BuildableClient itself (AWS_CA_BUNDLE).
@@ -181,16 +186,26 @@ func (f fullJitter) delay(attempt int) time.Duration {
 // call runs fn, and once more after forcing a credential refresh when the
 // server rejects the session token as expired (CASES C19: the server's
 // clock may run ahead of the advertised expiry).
+// The call, retries included, is bounded by RequestTimeout (the op
+// timeout).
 func (s *S3) call(ctx context.Context, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	defer cancel()
-	return s.callExpiry(ctx, isExpiredToken, fn)
+	return s.callSized(ctx, 0, fn)
 }
 
-// callBody is call without the RequestTimeout deadline, for requests
-// whose body may legitimately take long: PutObject and UploadPart (a
-// large part on a slow link) and GetObject (getOnce times its headers and
-// its body itself).
+// callSized is call for a request that sends or receives n body bytes
+// (PutObject, UploadPart): its bound is opTimeout(n).
+func (s *S3) callSized(ctx context.Context, n int, fn func(context.Context) error) error {
+	d := s.opTimeout(n)
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return s.timedOut(ctx, octx, d, s.callExpiry(octx, isExpiredToken, fn))
+}
+
+// callBody is call without a deadline of its own, for GetObject: GetRange
+// bounds the whole call and getOnce times headers and body.
 func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error {
 	return s.callExpiry(ctx, isExpiredToken, fn)
 }
@@ -198,12 +213,16 @@ func (s *S3) callBody(ctx context.Context, fn func(context.Context) error) error
 // callHead is call for HEAD requests: S3 answers a HEAD with no body, so an
 // expired token shows only as a bare 400.
 func (s *S3) callHead(ctx context.Context, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	d := s.opTimeout(0)
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return s.callExpiry(ctx, func(err error) bool {
+	return s.timedOut(ctx, octx, d, s.callExpiry(octx, func(err error) bool {
 		code, status := apiCode(err)
 		return isExpiredToken(err) || status == http.StatusBadRequest && (code == "" || code == "BadRequest")
-	}, fn)
+	}, fn))
 }
 
 func (s *S3) callExpiry(ctx context.Context, expired func(error) bool, fn func(context.Context) error) error {
@@ -219,15 +238,27 @@ func (s *S3) callExpiry(ctx context.Context, expired func(error) bool, fn func(c
 // CheckBucket verifies that the bucket exists and the credentials may list
 // it, with one ListObjectsV2 of one key. Errors wrap ErrNoSuchBucket,
 // ErrAccessDenied, ErrInvalidCredentials or ErrUnavailable.
+//
+// The reply must be S3's ListBucketResult naming the bucket: a web server
+// that answers 200 with HTML to everything is refused with ErrNotS3, and
+// the message names the endpoint.
 func (s *S3) CheckBucket(ctx context.Context) error {
+	var out *s3.ListObjectsV2Output
 	err := s.call(ctx, func(ctx context.Context) error {
-		_, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+		var err error
+		out, err = s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
 			Bucket:  aws.String(s.opts.Bucket),
 			MaxKeys: aws.Int32(1),
 		})
 		return err
 	})
-	return normalise(ctx, "check bucket", s.opts.Bucket, err)
+	if err != nil {
+		return s.norm(ctx, "check bucket", s.opts.Bucket, err)
+	}
+	if aws.ToString(out.Name) == "" && out.MaxKeys == nil && out.KeyCount == nil {
+		return s.notS3("check bucket", s.opts.Bucket, "its reply to ListObjectsV2 is not an S3 ListBucketResult")
+	}
+	return nil
 }
 
 // Stat implements Store with HeadObject.
@@ -440,7 +471,7 @@ func (s *S3) copyMultipart(ctx context.Context, info ObjectInfo, dst string) (Ob
 		}
 		parts = append(parts, types.CompletedPart{PartNumber: aws.Int32(n), ETag: out.CopyPartResult.ETag})
 	}
-	oi, err := mu.complete(ctx, parts)
+	oi, err := mu.complete(ctx, parts, info.Size)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
@@ -468,6 +499,23 @@ func (s *S3) GetRange(ctx context.Context, key string, off int64, buf []byte, if
 	if len(buf) == 0 {
 		return 0, nil
 	}
+	parent := ctx
+	d := s.opTimeout(len(buf))
+	if err := s.brk.allow(s.endpointName(), d); err != nil {
+		return 0, fmt.Errorf("objclient: get %q: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	n, err := s.getRange(ctx, key, off, buf, ifMatch)
+	err = s.timedOut(parent, ctx, d, err)
+	if err != nil && parent.Err() == nil && ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("objclient: get %q: %w: %w", key, ErrUnavailable, err)
+	}
+	return n, err
+}
+
+// getRange is GetRange under the op timeout.
+func (s *S3) getRange(ctx context.Context, key string, off int64, buf []byte, ifMatch string) (int, error) {
 	got := 0
 	etag := ifMatch
 	var lastErr error
@@ -515,9 +563,8 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		in.IfMatch = aws.String(ifMatch)
 	}
 	var out *rawResponse
-	// Headers must come within RequestTimeout, across retries; the body
-	// is then timed by the stall timer below.
-	headers := time.AfterFunc(s.opts.RequestTimeout, cancel)
+	// Headers must come within the op deadline of GetRange (ctx), across
+	// retries; the body is then timed by the stall timer below.
 	err = s.callBody(actx, func(c context.Context) error {
 		var err error
 		// Until headers arrive, failures are retried (the transport's
@@ -533,7 +580,6 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		}
 		return err
 	})
-	headers.Stop()
 	if err != nil {
 		code, status := apiCode(err)
 		if code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {
@@ -568,6 +614,10 @@ func (s *S3) getOnce(ctx context.Context, key string, off int64, buf []byte, ifM
 		if rerr != nil {
 			if ctx.Err() != nil {
 				return n, true, etag, normalise(ctx, "get", key, ctx.Err())
+			}
+			if actx.Err() != nil {
+				// Cut by the stall timer: not the caller's cancellation.
+				return n, false, etag, fmt.Errorf("objclient: get %q: body: %w: %w: nothing for %v", key, ErrUnavailable, errStalled, s.opts.StallTimeout)
 			}
 			return n, false, etag, fmt.Errorf("objclient: get %q: body: %w: %w", key, ErrUnavailable, rerr)
 		}

@@ -40,6 +40,10 @@ var (
 	ErrTooLarge = errors.New("object too large")
 	// ErrInvalidArgument: the request itself is malformed (bad key, bad range).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotS3: the endpoint answered with something no S3 server sends
+	// (a bucket listing that is not a ListBucketResult, a PUT or part
+	// reply without an ETag): it is not an S3 server.
+	ErrNotS3 = errors.New("endpoint is not S3")
 )
 
 // ObjectInfo describes one object.
@@ -88,9 +92,14 @@ type PutOptions struct {
 // than one part go up in a single PutObject at Commit, larger ones as a
 // multipart upload whose parts are sent while the caller keeps writing.
 //
-// Nothing is visible under the key before Commit returns nil. Commit or Abort
-// must be called exactly once; after a failed Commit the multipart upload has
-// already been aborted. A Writer is not safe for concurrent use.
+// Nothing is visible under the key before Commit returns nil, and Commit
+// returns nil exactly when the object is committed (S3: a lost or cut
+// completion reply is settled by asking the store). Commit or Abort must be
+// called exactly once; after a failed Commit the multipart upload has been
+// aborted (S3: or is being aborted in the background, when that takes
+// over 5 s). A failed part fails the upload at once: Write, then Commit,
+// return its error without waiting for the other parts. A Writer is not
+// safe for concurrent use.
 type Writer interface {
 	Write(p []byte) (int, error)
 	// Written is the number of bytes accepted so far.

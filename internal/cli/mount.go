@@ -63,6 +63,7 @@ type mountFlags struct {
 	dirMode     modeFlag
 	metadataTTL ttlFlag
 	negativeTTL ttlFlag
+	opTimeout   time.Duration
 	maxMemory   sizeFlag
 	logFile     string
 	logFormat   string
@@ -86,6 +87,7 @@ func (m *mountFlags) register(fs *pflag.FlagSet) {
 	m.logMaxSize.v = 100 << 20
 	flagGroup(fs, groupSource, func() {
 		m.conn.register(fs)
+		fs.DurationVar(&m.opTimeout, "op-timeout", 60*time.Second, "bound of one object-store call, retries included (per 64 MiB of a part or range); past it the call fails and the system call gets EIO (see docs/semantics.md)")
 	})
 	flagGroup(fs, groupMount, func() {
 		fs.BoolVarP(&m.foreground, "foreground", "f", false, "serve in this process instead of a background daemon")
@@ -142,6 +144,9 @@ func (m *mountFlags) validate() error {
 	}
 	if m.logSyslog && m.logFile != "" {
 		return usageErr("--log-syslog and --log-file exclude each other")
+	}
+	if m.opTimeout <= 0 {
+		return usageErr("--op-timeout must be positive, e.g. 60s")
 	}
 	if m.passthrough && m.cacheDir == "" {
 		return usageErr("--passthrough needs --cache-dir")
@@ -391,6 +396,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	if err := checkCredentials(setupCtx, m.conn.profile, e.getenv); err != nil {
 		return fail(err)
 	}
+	opts.RequestTimeout = m.opTimeout
 	if err := checkBucket(setupCtx, opts); err != nil {
 		if setupCtx.Err() != nil && ctx.Err() == nil {
 			return fail(errors.New("interrupted"))

@@ -361,3 +361,38 @@ func TestFaultProxyHang(t *testing.T) {
 		t.Error(objtest.FaultHang.String())
 	}
 }
+
+// OpOf names path-style S3 requests as the API does.
+func TestOpOf(t *testing.T) {
+	for _, c := range []struct {
+		method, url, copySrc, want string
+	}{
+		{"GET", "/b?list-type=2&prefix=a%2F", "", "ListObjectsV2"},
+		{"GET", "/b/?list-type=2", "", "ListObjectsV2"},
+		{"GET", "/b?uploads", "", "ListMultipartUploads"},
+		{"GET", "/b/a/x.bin", "", "GetObject"},
+		{"HEAD", "/b/a/x.bin", "", "HeadObject"},
+		{"HEAD", "/b", "", "HeadBucket"},
+		{"PUT", "/b/a/x.bin", "", "PutObject"},
+		{"PUT", "/b/a/x.bin?partNumber=2&uploadId=u", "", "UploadPart"},
+		{"PUT", "/b/a/x.bin?partNumber=2&uploadId=u", "b/src", "UploadPartCopy"},
+		{"PUT", "/b/a/y.bin", "b/src", "CopyObject"},
+		{"POST", "/b/a/x.bin?uploads", "", "CreateMultipartUpload"},
+		{"POST", "/b/a/x.bin?uploadId=u", "", "CompleteMultipartUpload"},
+		{"POST", "/b?delete", "", "DeleteObjects"},
+		{"DELETE", "/b/a/x.bin?uploadId=u", "", "AbortMultipartUpload"},
+		{"DELETE", "/b/a/x.bin", "", "DeleteObject"},
+		{"PUT", "/b", "", ""},
+	} {
+		r, err := http.NewRequest(c.method, "http://127.0.0.1:1"+c.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.copySrc != "" {
+			r.Header.Set("X-Amz-Copy-Source", c.copySrc)
+		}
+		if got := objtest.OpOf(r); got != c.want {
+			t.Errorf("OpOf(%s %s) = %q, want %q", c.method, c.url, got, c.want)
+		}
+	}
+}

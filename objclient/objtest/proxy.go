@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -35,6 +36,11 @@ const (
 	// FaultHang never answers: no status line, no headers, until the client
 	// gives up or the proxy is closed (CASES C18: a LIST that never returns).
 	FaultHang
+	// FaultDrop forwards the request, lets the server apply it, then drops
+	// the reply: the client connection is closed before any byte of it (a
+	// lost response; the client cannot tell whether the request took
+	// effect).
+	FaultDrop
 )
 
 func (k FaultKind) String() string {
@@ -49,6 +55,8 @@ func (k FaultKind) String() string {
 		return "Cut"
 	case FaultHang:
 		return "Hang"
+	case FaultDrop:
+		return "Drop"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -60,6 +68,9 @@ type Fault struct {
 	// Method limits the rule to one HTTP method ("GET", "HEAD", "PUT",
 	// ...); "" matches every method. ListObjectsV2 is a GET without a key.
 	Method string
+	// Op limits the rule to one S3 operation as OpOf names it
+	// ("ListObjectsV2", "PutObject", "UploadPart", ...); "" matches all.
+	Op string
 	// Times is how many requests the rule faults before it retires; 0 means
 	// no limit.
 	Times int
@@ -125,6 +136,18 @@ func StartFaultProxy(t testing.TB, target string) *FaultProxy {
 		Transport:     &faultTransport{p: p, next: p.tr},
 		FlushInterval: -1, // pass body bytes on at once, so AfterBytes is exact
 		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errDrop) {
+				// Close the connection without a reply.
+				if hj, ok := w.(http.Hijacker); ok {
+					if c, _, herr := hj.Hijack(); herr == nil {
+						c.Close()
+						return
+					}
+				}
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	p.srv = httptest.NewServer(rp)
 	t.Cleanup(p.Close)
@@ -205,6 +228,9 @@ func (p *FaultProxy) pick(r *http.Request) *Fault {
 		if rule.Method != "" && rule.Method != r.Method {
 			continue
 		}
+		if rule.Op != "" && rule.Op != OpOf(r) {
+			continue
+		}
 		if rule.Times > 0 && rule.applied >= rule.Times {
 			continue
 		}
@@ -252,6 +278,15 @@ func (t *faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		case <-t.p.done:
 			return nil, errCut
 		}
+	case FaultDrop:
+		resp, err := t.next.RoundTrip(r)
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		notify(f.Notify)
+		return nil, errDrop
 	case FaultStall, FaultCut:
 		resp, err := t.next.RoundTrip(r)
 		if err != nil {
@@ -285,7 +320,66 @@ func errorResponse(r *http.Request, status int, code, msg string) *http.Response
 	}
 }
 
-var errCut = errors.New("objtest: connection cut by fault proxy")
+var (
+	errCut  = errors.New("objtest: connection cut by fault proxy")
+	errDrop = errors.New("objtest: reply dropped by fault proxy")
+)
+
+// OpOf names the S3 operation of request r as the API does
+// ("ListObjectsV2", "GetObject", "HeadObject", "PutObject", "UploadPart",
+// "CreateMultipartUpload", "CompleteMultipartUpload",
+// "AbortMultipartUpload", "DeleteObject", "CopyObject", "HeadBucket"), for
+// path-style requests; "" for anything else.
+func OpOf(r *http.Request) string {
+	q := r.URL.Query()
+	path := strings.TrimPrefix(r.URL.Path, "/")
+	i := strings.IndexByte(path, '/')
+	hasKey := i >= 0 && i < len(path)-1 // "bucket/key", not "bucket" or "bucket/"
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case !hasKey && q.Has("list-type"):
+			return "ListObjectsV2"
+		case !hasKey && q.Has("uploads"):
+			return "ListMultipartUploads"
+		case hasKey:
+			return "GetObject"
+		}
+	case http.MethodHead:
+		if hasKey {
+			return "HeadObject"
+		}
+		return "HeadBucket"
+	case http.MethodPut:
+		switch {
+		case q.Has("partNumber") && r.Header.Get("X-Amz-Copy-Source") != "":
+			return "UploadPartCopy"
+		case q.Has("partNumber"):
+			return "UploadPart"
+		case r.Header.Get("X-Amz-Copy-Source") != "":
+			return "CopyObject"
+		case hasKey:
+			return "PutObject"
+		}
+	case http.MethodPost:
+		switch {
+		case q.Has("uploads"):
+			return "CreateMultipartUpload"
+		case q.Has("uploadId"):
+			return "CompleteMultipartUpload"
+		case q.Has("delete"):
+			return "DeleteObjects"
+		}
+	case http.MethodDelete:
+		if q.Has("uploadId") {
+			return "AbortMultipartUpload"
+		}
+		if hasKey {
+			return "DeleteObject"
+		}
+	}
+	return ""
+}
 
 // faultBody lets left bytes through, then stalls or fails.
 type faultBody struct {
