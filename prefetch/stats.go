@@ -27,6 +27,7 @@ type counters struct {
 	diskPuts      atomic.Int64
 	diskErrors    atomic.Int64
 	diskSkipped   atomic.Int64
+	opens         atomic.Int64 // Readers opened
 }
 
 // Stats is a snapshot of a Manager's counters and gauges. Byte fields are
@@ -134,6 +135,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) error {
 		counter("readahead_skipped_total", "Read-ahead pieces not started for lack of memory.", c.aheadSkipped.Load),
 		counter("epoch_files_total", "Files pre-read by epoch pre-reading.", c.epochFiles.Load),
 		counter("epoch_hit_opens_total", "Handles whose first read found pre-read bytes.", c.epochHitOpens.Load),
+		counter("opens_total", "Readers opened: files read through the daemon.", c.opens.Load),
 		counter("disk_puts_total", "Files copied from memory to the disk cache.", c.diskPuts.Load),
 		counter("disk_put_errors_total", "Copies to the disk cache that failed.", c.diskErrors.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "os2g", Subsystem: "prefetch", Name: "budget_in_use_bytes",

@@ -66,6 +66,7 @@ type mountFlags struct {
 	passthrough bool
 	cacheSize   sizeFlag
 	gdd         gddFlags
+	cpus        cpusFlag
 }
 
 func (m *mountFlags) register(fs *flag.FlagSet) {
@@ -88,6 +89,7 @@ func (m *mountFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fs.StringVar(&m.cacheDir, "cache-dir", "", "keep a checksummed local disk cache of wholly read objects in this directory (default: none)")
 	fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
+	fs.Var(&m.cpus, "cpus", cpusUsage)
 	fs.Var(&m.cacheSize, "cache-size", "size limit of --cache-dir, e.g. 50GiB (default 10GiB)")
 	m.gdd.register(fs)
 }
@@ -121,6 +123,9 @@ func runMount(ctx context.Context, e Env, args []string) error {
 	}
 	if _, err := m.conn.options(e, u.Bucket, nil); err != nil {
 		return err // a bad --endpoint-url, reported before any daemon starts
+	}
+	if err := m.cpus.apply(); err != nil {
+		return err
 	}
 	if e.getenv(daemonEnv) != "" {
 		return runDaemonChild(ctx, e, &m, u, pos[1])
@@ -250,7 +255,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newCPUCounter())
 	if dcache != nil {
 		reg.MustRegister(newDiskCacheCollector(dcache))
 	}

@@ -462,5 +462,40 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 		cpu = fmt.Sprintf("%.2f s", v)
 	}
 	row("process", "RSS %s, CPU %s, goroutines %s", size("process_resident_memory_bytes"), cpu, num("go_goroutines"))
+	row("daemon CPU", "%s", daemonCPU(ms))
 	tw.Flush()
+}
+
+// daemonCPU renders os2g_cpu_seconds_total (else process_cpu_seconds_total)
+// per GiB read and per file opened (os2g_prefetch_read_bytes_total,
+// os2g_prefetch_opens_total): the daemon's cost of the work it served since
+// it started. Missing metrics show as "-".
+func daemonCPU(ms metricSet) string {
+	cpu, ok := ms.get("os2g_cpu_seconds_total")
+	if !ok {
+		if cpu, ok = ms.get("process_cpu_seconds_total"); !ok {
+			return "-"
+		}
+	}
+	perGiB, perFile := "-", "-"
+	if read, ok := ms.get("os2g_prefetch_read_bytes_total"); ok && read > 0 {
+		perGiB = fmt.Sprintf("%.2f s", cpu/(read/(1<<30)))
+	}
+	if opens, ok := ms.get("os2g_prefetch_opens_total"); ok && opens > 0 {
+		perFile = fmtSeconds(cpu / opens)
+	}
+	return fmt.Sprintf("%.2f s; %s per GiB read, %s per file opened", cpu, perGiB, perFile)
+}
+
+// fmtSeconds renders a short duration in seconds with a unit that keeps
+// three significant digits or so: 0.000262 -> "262 µs", 0.0123 -> "12.3 ms".
+func fmtSeconds(s float64) string {
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0f µs", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.3g ms", s*1e3)
+	default:
+		return fmt.Sprintf("%.3g s", s)
+	}
 }
