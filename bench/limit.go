@@ -73,7 +73,7 @@ func (h *harness) limitSeq(ctx context.Context) (sample, error) {
 		return sample{}, err
 	}
 	n := h.man.Params.SeqSize
-	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
+	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Files: 1, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
 	return s, compareCRCs(seqKey, sums, h.man.SeqCRCs)
 }
 
@@ -109,7 +109,7 @@ func (h *harness) limitSmall(ctx context.Context) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{Value: float64(len(files)) / secs, MiBps: mibps(total.Load(), secs), Bytes: total.Load(), Seconds: secs,
+	return sample{Value: float64(len(files)) / secs, MiBps: mibps(total.Load(), secs), Bytes: total.Load(), Files: int64(len(files)), Seconds: secs,
 		CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}, nil
 }
 
