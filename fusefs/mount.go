@@ -96,14 +96,14 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 	} else {
 		mo.Logger = log.New(logWriter{o.Logger, slog.LevelWarn}, "", 0)
 	}
-	srv, err := fs.Mount(mp, root, &fs.Options{
+	srv, err := mountNodeFS(mp, root, &fs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &ttl,
 		AttrTimeout:     &ttl,
 		NegativeTimeout: &neg,
 		UID:             o.UID,
 		GID:             o.GID,
-	})
+	}, o.ioctlViaBridge)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mp, err)
