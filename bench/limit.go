@@ -73,7 +73,7 @@ func (h *harness) limitSeq(ctx context.Context) (sample, error) {
 		return sample{}, err
 	}
 	n := h.man.Params.SeqSize
-	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Files: 1, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
+	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
 	return s, compareCRCs(seqKey, sums, h.man.SeqCRCs)
 }
 

@@ -268,7 +268,7 @@ func (h *harness) fsDD(ctx context.Context, root string, mt *meter) (sample, err
 	if err != nil {
 		return sample{}, err
 	}
-	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Files: 1, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
+	s := sample{Value: mibps(n, secs), MiBps: mibps(n, secs), Bytes: n, Seconds: secs, CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
 	if n != h.man.Params.SeqSize {
 		return s, fmt.Errorf("%w: dd read %d bytes of %s, want %d", errWrongBytes, n, path, h.man.Params.SeqSize)
 	}

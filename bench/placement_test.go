@@ -120,8 +120,8 @@ func TestRenderHostTable(t *testing.T) {
 		mk("os2g-offload", "loader-cold", 1500, 1000, 0.25, 0.37),
 		mk(baseClient, "loader-cold", 1400, 1000, 0.78, 0.9),
 		mk("local", "loader-cold", 3500, 1000, math.NaN(), 0.3),
-		mk("limit", "seq-dd", 1500, 1, 0.5, 0.6),
-		mk("os2g", "seq-dd", 600, 1, 1.0, 0.3),
+		mk("limit", "seq-dd", 1500, 0, 0.5, 0.6),
+		mk("os2g", "seq-dd", 600, 0, 1.0, 0.3),
 	}
 	ss[4].Bytes, ss[5].Bytes = 1<<30, 1<<30
 	figs := aggregate(ss, []string{"os2g", "os2g-offload", baseClient, "limit", "local"})
@@ -133,8 +133,8 @@ func TestRenderHostTable(t *testing.T) {
 		"| loader-cold | os2g-offload | offload | 1500 | images/s | 2.62 | 250 | 370 | 3.88 | 1.23× local | — |",
 		"| loader-cold | os2g-base | host | 1400 | images/s | 8.18 | 780 | 900 | 9.44 | 3.00× local | — |",
 		"| loader-cold | local | host | 3500 | images/s | — | — | 300 | 3.15 | — | — |",
-		// One file: per file is per read of the whole object; × ref vs the limit.
-		"| seq-dd | os2g | host | 600 | MiB/s | 1.00 | 1000000 | 300000 | 0.30 | 0.50× limit | — |",
+		// No files counted: per GiB only; × ref against the limit.
+		"| seq-dd | os2g | host | 600 | MiB/s | 1.00 | — | — | 0.30 | 0.50× limit | — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("host table lacks %q\n---\n%s", want, out)

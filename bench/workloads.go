@@ -179,7 +179,7 @@ func (h *harness) fsSeq(ctx context.Context, root string, jobs int, mt *meter) (
 	}
 	secs := float64(r.RuntimeMS) / 1000
 	return sample{Value: r.BWBytes / (1 << 20), MiBps: r.BWBytes / (1 << 20), P50: r.P50, P99: r.P99,
-		Bytes: r.Bytes, Files: 1, Seconds: secs, CPU: mt.cpu()}, nil
+		Bytes: r.Bytes, Seconds: secs, CPU: mt.cpu()}, nil
 }
 
 // fsRand runs fio random reads of block size bs: RandJobs jobs, each on
