@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,7 +16,15 @@ import (
 
 // clientColor gives every client the same colour in every chart.
 func clientColor(client string) color.Color {
+	// The offload placement: the client's colour, lighter.
+	if base, ok := strings.CutSuffix(client, "-offload"); ok {
+		r, g, b, _ := clientColor(base).RGBA()
+		lift := func(v uint32) uint8 { return uint8((v>>8 + 255) / 2) }
+		return color.RGBA{R: lift(r), G: lift(g), B: lift(b), A: 0xff}
+	}
 	switch client {
+	case baseClient:
+		return color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}
 	case "os2g":
 		return color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	case "s3fs":

@@ -48,6 +48,14 @@ type config struct {
 
 	LimitConcurrency int
 
+	// Placement (placement.go): the S3 server runs on ServerCPUs, this
+	// process, its readers and the host placement's daemons on HostCPUs;
+	// the offload placement's daemons on ServerCPUs. Empty lists: no
+	// fencing (everything shares every core, the old set-up).
+	ServerCPUs, HostCPUs []int
+	Placements           []string
+	Os2gBase             string // a baseline os2g binary, client "os2g-base"
+
 	Os2g, Os2gArgs     string
 	Os2gReadArgs       string // added to os2g's flags for read-only workloads
 	S3fs, S3fsArgs     string
@@ -93,6 +101,10 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.LoaderSrc, "loader-src", "", "existing ImageFolder tree (class dirs of images) to upload instead of generating PNGs")
 	wr := fs.String("write-size", "1GiB", "bytes written by the write workload")
 	fs.IntVar(&c.LimitConcurrency, "limit-concurrency", 16, "concurrent GETs of the limit client (seq, small)")
+	serverCPUs := fs.String("server-cpus", "1", "CPUs of the S3 server (taskset -c list), a stand-in for a remote store; also the offload placement's daemon CPUs; \"\" with --host-cpus \"\": no fencing")
+	hostCPUs := fs.String("host-cpus", "0", "CPUs of the host: this process, readers, loader, limit and local clients, host-placement daemons (taskset -c list)")
+	placements := fs.String("placements", strings.Join(allPlacements, ","), "comma-separated placements of the mount clients' daemons: "+strings.Join(allPlacements, ","))
+	fs.StringVar(&c.Os2gBase, "os2g-base", "", "also run this os2g binary (e.g. built from the code before a change) as client os2g-base, for side-by-side figures")
 	fs.StringVar(&c.Os2g, "os2g", "", "os2g binary (default: build ./cmd/os2g into the work dir)")
 	fs.StringVar(&c.Os2gArgs, "os2g-args", "--max-memory=2GiB", "extra os2g mount flags (space-separated)")
 	fs.StringVar(&c.Os2gReadArgs, "os2g-read-args", "--read-only --immutable", "os2g mount flags added for the read workloads (all but write)")
@@ -155,6 +167,13 @@ func parseConfig(args []string) (*config, error) {
 		return nil, err
 	}
 	if c.Workloads, err = parseList(*workloads, allWorkloads, "workloads"); err != nil {
+		return nil, err
+	}
+	c.Clients = withBase(c.Clients, c.Os2gBase)
+	if c.Placements, err = parseList(*placements, allPlacements, "placements"); err != nil {
+		return nil, err
+	}
+	if c.ServerCPUs, c.HostCPUs, err = parseFences(*serverCPUs, *hostCPUs); err != nil {
 		return nil, err
 	}
 	return c, c.validate()

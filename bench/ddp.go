@@ -141,7 +141,7 @@ func (h *harness) ddpVariant(ctx context.Context, run, ranks int, mode string) [
 	var err error
 	for range ranks {
 		var m *mounted
-		if m, err = h.mount(ctx, client, true); err != nil {
+		if m, err = h.mount(ctx, runner{Label: client, Client: client, Placement: "host"}, true); err != nil {
 			break
 		}
 		mounts = append(mounts, m)

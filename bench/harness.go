@@ -81,18 +81,19 @@ func (h *harness) record(run int, client, name string, s sample, err error) samp
 }
 
 func nanSample(err error) sample {
-	return sample{Value: math.NaN(), MiBps: math.NaN(), P50: math.NaN(), P99: math.NaN(), CPU: math.NaN(), Err: err.Error()}
+	return sample{Value: math.NaN(), MiBps: math.NaN(), P50: math.NaN(), P99: math.NaN(), CPU: math.NaN(), HostCPU: math.NaN(), Err: err.Error()}
 }
 
 // mountCase mounts client fresh (caches dropped), runs fn on the mount with
 // a meter started on its daemon, reads the daemon's peak RSS, runs check
 // (not measured) and unmounts.
-func (h *harness) mountCase(ctx context.Context, run int, client, name string, ro bool, prefixes []string,
+func (h *harness) mountCase(ctx context.Context, run int, rn runner, name string, ro bool, prefixes []string,
 	fn func(ctx context.Context, root string, mt *meter) (sample, error),
 	check func(ctx context.Context, root string) error) sample {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.StepTimeout)
 	defer cancel()
-	m, err := h.mount(ctx, client, ro)
+	client := rn.Label
+	m, err := h.mount(ctx, rn, ro)
 	if err != nil {
 		return h.record(run, client, name, nanSample(err), nil)
 	}
@@ -103,16 +104,19 @@ func (h *harness) mountCase(ctx context.Context, run int, client, name string, r
 	if err := h.prepareCold(prefixes...); err != nil {
 		return h.record(run, client, name, nanSample(err), nil)
 	}
+	hm := h.startHostMeter()
 	mt := startMeter(m.PID, false)
 	s, err := fn(ctx, m.Dir, mt)
+	host := hm.seconds()
 	if err != nil && s.Bytes == 0 && s.Value == 0 {
 		s = nanSample(err)
 	}
+	s.HostCPU = host
 	s.RSS = mt.rss()
 	if err == nil && check != nil {
 		err = check(ctx, m.Dir)
 	}
-	if err == nil && m.PID != 0 && findDaemonPID(m.Dir, exeHint(client)) != m.PID {
+	if err == nil && m.PID != 0 && findDaemonPID(m.Dir, exeHint(rn.Client)) != m.PID {
 		err = fmt.Errorf("daemon %d is gone after the workload (crashed?)", m.PID)
 	}
 	return h.record(run, client, name, s, err)
@@ -125,16 +129,20 @@ func (h *harness) selfCase(ctx context.Context, run int, client, name string, pr
 	if err := h.prepareCold(prefixes...); err != nil {
 		return h.record(run, client, name, nanSample(err), nil)
 	}
+	hm := h.startHostMeter()
 	s, err := fn(ctx)
+	host := hm.seconds()
 	if err != nil && s.Bytes == 0 && s.Value == 0 {
 		s = nanSample(err)
 	}
+	s.HostCPU = host
 	return h.record(run, client, name, s, err)
 }
 
 // trial runs one workload for one client in run number run and returns a
 // one-line summary for the progress output.
-func (h *harness) trial(ctx context.Context, run int, client, workload string) string {
+func (h *harness) trial(ctx context.Context, run int, rn runner, workload string) string {
+	client := rn.Client
 	isMount := mountClients[client]
 	var got []sample
 	switch workload {
@@ -142,17 +150,21 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 		if client == "limit" {
 			s := h.selfCase(ctx, run, client, "seq-1j", []string{seqKey}, h.limitSeq)
 			got = append(got, s)
-			s.Case = "seq-4j" // one measurement serves both rows
-			h.samples = append(h.samples, s)
+			// One measurement serves every row.
+			for _, c := range []string{"seq-4j", "seq-dd"} {
+				s.Case = c
+				h.samples = append(h.samples, s)
+			}
 			break
 		}
 		for _, jobs := range []int{1, 4} {
-			got = append(got, h.mountCase(ctx, run, client, fmt.Sprintf("seq-%dj", jobs), true, []string{seqKey},
+			got = append(got, h.mountCase(ctx, run, rn, fmt.Sprintf("seq-%dj", jobs), true, []string{seqKey},
 				func(ctx context.Context, root string, mt *meter) (sample, error) { return h.fsSeq(ctx, root, jobs, mt) },
 				func(ctx context.Context, root string) error {
 					return verifySeqFile(ctx, filepath.Join(root, filepath.FromSlash(seqKey)), h.man.SeqCRCs, h.man.Params.SeqSize)
 				}))
 		}
+		got = append(got, h.mountCase(ctx, run, rn, "seq-dd", true, []string{seqKey}, h.fsDD, nil))
 	case "small":
 		switch {
 		case client == "limit":
@@ -162,7 +174,7 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 				return h.fsSmall(ctx, h.srcDir, startMeter(0, false))
 			}))
 		default:
-			got = append(got, h.mountCase(ctx, run, client, "small", true, []string{smallPrefix}, h.fsSmall, nil))
+			got = append(got, h.mountCase(ctx, run, rn, "small", true, []string{smallPrefix}, h.fsSmall, nil))
 		}
 	case "rand":
 		for _, bs := range []struct {
@@ -176,7 +188,7 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 				}))
 				continue
 			}
-			got = append(got, h.mountCase(ctx, run, client, bs.name, true, []string{seqKey},
+			got = append(got, h.mountCase(ctx, run, rn, bs.name, true, []string{seqKey},
 				func(ctx context.Context, root string, mt *meter) (sample, error) {
 					return h.fsRand(ctx, root, bs.fio, mt)
 				}, nil))
@@ -185,14 +197,14 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 		if client == "limit" {
 			got = append(got, h.selfCase(ctx, run, client, "list", []string{listPrefix}, h.limitList))
 		} else {
-			got = append(got, h.mountCase(ctx, run, client, "list", true, []string{listPrefix}, h.fsList, nil))
+			got = append(got, h.mountCase(ctx, run, rn, "list", true, []string{listPrefix}, h.fsList, nil))
 		}
 	case "loader":
-		got = append(got, h.loaderTrial(ctx, run, client, isMount)...)
+		got = append(got, h.loaderTrial(ctx, run, rn, isMount)...)
 	case "loader-ddp":
 		got = append(got, h.ddpTrial(ctx, run)...)
 	case "write":
-		key := fmt.Sprintf("%s%s-run%d.bin", writePrefix, client, run)
+		key := fmt.Sprintf("%s%s-run%d.bin", writePrefix, rn.Label, run)
 		if client == "limit" {
 			s := h.selfCase(ctx, run, client, "write", nil, func(ctx context.Context) (sample, error) {
 				s, err := h.limitWrite(ctx, key)
@@ -204,7 +216,7 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 			got = append(got, s)
 			break
 		}
-		s := h.mountCase(ctx, run, client, "write", false, nil,
+		s := h.mountCase(ctx, run, rn, "write", false, nil,
 			func(ctx context.Context, root string, mt *meter) (sample, error) {
 				s, err := h.fsWrite(ctx, filepath.Join(root, filepath.FromSlash(key)), mt)
 				if err != nil {
@@ -228,7 +240,8 @@ func (h *harness) trial(ctx context.Context, run int, client, workload string) s
 }
 
 // loaderTrial runs the cold and the warm epoch for one client.
-func (h *harness) loaderTrial(ctx context.Context, run int, client string, isMount bool) []sample {
+func (h *harness) loaderTrial(ctx context.Context, run int, rn runner, isMount bool) []sample {
+	client := rn.Label
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.StepTimeout)
 	defer cancel()
 	fail := func(err error) []sample {
@@ -236,7 +249,7 @@ func (h *harness) loaderTrial(ctx context.Context, run int, client string, isMou
 	}
 	root, pid := h.srcDir, 0
 	if isMount {
-		m, err := h.mount(ctx, client, true)
+		m, err := h.mount(ctx, rn, true)
 		if err != nil {
 			return fail(err)
 		}

@@ -109,7 +109,7 @@ func (h *harness) limitSmall(ctx context.Context) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{Value: float64(len(files)) / secs, MiBps: mibps(total.Load(), secs), Bytes: total.Load(), Seconds: secs,
+	return sample{Value: float64(len(files)) / secs, MiBps: mibps(total.Load(), secs), Bytes: total.Load(), Files: int64(len(files)), Seconds: secs,
 		CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}, nil
 }
 

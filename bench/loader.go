@@ -93,6 +93,7 @@ func (h *harness) fsLoader(ctx context.Context, root string, pid int, self bool,
 	if err := beforeCold(); err != nil {
 		return fail(err)
 	}
+	hm := h.startHostMeter()
 	mt := startMeter(pid, self)
 	var out []sample
 	for epoch := 1; epoch <= 2; epoch++ {
@@ -103,7 +104,8 @@ func (h *harness) fsLoader(ctx context.Context, root string, pid int, self bool,
 		if err != nil {
 			return fail(err)
 		}
-		cpu := mt.cpu()
+		cpu, host := mt.cpu(), hm.seconds()
+		hm = h.startHostMeter()
 		mt = startMeter(pid, self)
 		secs := e.Seconds + e.ScanSeconds
 		name := "loader-cold"
@@ -112,7 +114,7 @@ func (h *harness) fsLoader(ctx context.Context, root string, pid int, self bool,
 		}
 		bytes := h.man.LoaderBytes * int64(e.Images) / int64(max(1, h.man.LoaderImages))
 		s := sample{Case: name, Value: float64(e.Images) / secs, MiBps: mibps(bytes, secs), Bytes: bytes, Seconds: secs,
-			CPU: cpu, RSS: mt.rss(), P50: math.NaN(), P99: math.NaN()}
+			CPU: cpu, HostCPU: host, Files: int64(e.Images), RSS: mt.rss(), P50: math.NaN(), P99: math.NaN()}
 		if e.Images != h.man.LoaderImages || e.Classes != h.man.LoaderClasses ||
 			(h.man.LoaderPixelSum >= 0 && e.PixelSum != h.man.LoaderPixelSum) {
 			s.Err = fmt.Sprintf("%v: epoch %d saw %d images in %d classes with pixel sum %d, want %d images in %d classes, pixel sum %d",

@@ -113,12 +113,19 @@ func run(args []string) int {
 		progress("data set prepared in %s; rerun without --prepare-only (same sizes, same --work-dir) to measure", h.workDir)
 		return 0
 	}
+	// From here on this process and everything it starts (readers, fio,
+	// dd, the loader; daemons unless fenced elsewhere) run on the host CPUs.
+	if err := cfg.pinSelf(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: --host-cpus:", err)
+		return 1
+	}
+	runners := cfg.runners()
 	loadStart := loadAvg()
 	started := time.Now()
 	total := 0
 	for _, w := range cfg.Workloads {
-		for _, c := range cfg.Clients {
-			if applies(c, w) {
+		for _, r := range runners {
+			if applies(r.Client, w) {
 				total++
 			}
 		}
@@ -129,9 +136,9 @@ func run(args []string) int {
 		for _, w := range cfg.Workloads {
 			// Rotate the client order each run so that no client always
 			// goes first (after the drop of caches) or last.
-			order := rotate(cfg.Clients, run-1)
+			order := rotate(runners, run-1)
 			for _, c := range order {
-				if !applies(c, w) || ctx.Err() != nil {
+				if !applies(c.Client, w) || ctx.Err() != nil {
 					continue
 				}
 				step++
@@ -146,7 +153,7 @@ func run(args []string) int {
 				done = step
 				el := time.Since(started)
 				eta := time.Duration(float64(el) / float64(step) * float64(total-step)).Round(time.Second)
-				progress("step %d/%d run %d/%d %-6s %-6s %s (%.0fs; eta %v)", step, total, run, cfg.Runs, w, c, line, time.Since(t).Seconds(), eta)
+				progress("step %d/%d run %d/%d %-6s %-6s %s (%.0fs; eta %v)", step, total, run, cfg.Runs, w, c.Label, line, time.Since(t).Seconds(), eta)
 			}
 		}
 	}
@@ -155,7 +162,7 @@ func run(args []string) int {
 	if interrupted {
 		meta.Notes = append(meta.Notes, fmt.Sprintf("INTERRUPTED: partial report, %d of %d steps measured", done, total))
 	}
-	paths, err := writeReport(cfg.ResultsDir, meta, h.samples, cfg.Clients, log)
+	paths, err := writeReport(cfg.ResultsDir, meta, h.samples, labels(runners), log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: writing the report:", err)
 		return 1
@@ -181,12 +188,12 @@ func run(args []string) int {
 	return 0
 }
 
-func rotate(xs []string, k int) []string {
+func rotate[T any](xs []T, k int) []T {
 	if len(xs) == 0 {
 		return nil
 	}
 	k %= len(xs)
-	return append(append([]string{}, xs[k:]...), xs[:k]...)
+	return append(append([]T{}, xs[k:]...), xs[:k]...)
 }
 
 // checkTools lists every program a requested client or workload needs and
@@ -199,7 +206,16 @@ func checkTools(c *config) []string {
 		}
 	}
 	has := slices.Contains[[]string]
-	anyMount := has(c.Clients, "os2g") || has(c.Clients, "s3fs") || has(c.Clients, "rclone")
+	anyMount := has(c.Clients, "os2g") || has(c.Clients, baseClient) || has(c.Clients, "s3fs") || has(c.Clients, "rclone")
+	if c.fenced() {
+		need("taskset", "fencing the server and the daemons (--server-cpus, --host-cpus)", "util-linux")
+	}
+	if anyMount && has(c.Workloads, "seq") {
+		need("dd", "the seq workload's dd reader", "coreutils")
+	}
+	if has(c.Clients, baseClient) {
+		need(c.Os2gBase, "client os2g-base (--os2g-base)", "none: build the baseline's ./cmd/os2g")
+	}
 	if anyMount {
 		need(c.Fusermount, "unmounting", "fuse3")
 	}

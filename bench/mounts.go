@@ -14,7 +14,7 @@ import (
 
 // mountClients are the clients that are FUSE mounts (the rest run in
 // this process or on a local directory).
-var mountClients = map[string]bool{"os2g": true, "s3fs": true, "rclone": true}
+var mountClients = map[string]bool{"os2g": true, baseClient: true, "s3fs": true, "rclone": true}
 
 // mounted is one live mount of a client.
 type mounted struct {
@@ -30,7 +30,7 @@ type mounted struct {
 // exeHint is what the daemon's argv[0] base name contains.
 func exeHint(client string) string {
 	switch client {
-	case "os2g":
+	case "os2g", baseClient:
 		return "os2g"
 	case "s3fs":
 		return "s3fs"
@@ -41,8 +41,10 @@ func exeHint(client string) string {
 
 // mount mounts the bucket with client on a fresh mount point and waits
 // until it is live. ro mounts read-only. The mount is registered for
-// cleanup; call m.unmount() when done.
-func (h *harness) mount(ctx context.Context, client string, ro bool) (*mounted, error) {
+// cleanup; call m.unmount() when done. The daemon runs on the CPUs of
+// rn's placement (taskset; its threads and children inherit them).
+func (h *harness) mount(ctx context.Context, rn runner, ro bool) (*mounted, error) {
+	client := rn.Client
 	h.mountSeq++
 	dir := filepath.Join(h.workDir, "mnt", fmt.Sprintf("%s-%d", client, h.mountSeq))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -52,14 +54,18 @@ func (h *harness) mount(ctx context.Context, client string, ro bool) (*mounted, 
 	var cmd *exec.Cmd
 	env := os.Environ()
 	switch client {
-	case "os2g":
+	case "os2g", baseClient:
+		bin := h.os2gBin
+		if client == baseClient {
+			bin = h.cfg.Os2gBase
+		}
 		args := []string{"mount", "--endpoint-url", h.gw.Endpoint, "--force-path-style", "--log-file", logPath}
 		args = append(args, strings.Fields(h.cfg.Os2gArgs)...)
 		if ro {
 			args = append(args, strings.Fields(h.cfg.Os2gReadArgs)...)
 		}
 		args = append(args, "s3://"+h.cfg.Bucket, dir)
-		cmd = exec.CommandContext(ctx, h.os2gBin, args...)
+		cmd = exec.CommandContext(ctx, bin, args...)
 		env = append(env, "AWS_ACCESS_KEY_ID="+h.cfg.AccessKey, "AWS_SECRET_ACCESS_KEY="+h.cfg.SecretKey,
 			"AWS_REGION=us-east-1", "AWS_ENDPOINT_URL="+h.gw.Endpoint)
 	case "s3fs":
@@ -82,6 +88,10 @@ func (h *harness) mount(ctx context.Context, client string, ro bool) (*mounted, 
 		env = withoutEnv(env, "AWS_CA_BUNDLE")
 	default:
 		return nil, fmt.Errorf("%s is not a mount client", client)
+	}
+	if cpus := h.cfg.daemonCPUs(rn.Placement); len(cpus) > 0 {
+		name, args := fencedCommand(cpus, cmd.Path, cmd.Args[1:]...)
+		cmd = exec.CommandContext(ctx, name, args...)
 	}
 	cmd.Env = env
 	out, err := os.OpenFile(logPath+".out", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

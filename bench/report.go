@@ -21,8 +21,12 @@ type figure struct {
 	CPU                float64 // median daemon CPU seconds per run
 	CPUPerGiB          float64 // median daemon CPU seconds per GiB delivered; NaN without bytes
 	RSS                int64   // largest peak RSS over the runs, bytes; 0 unknown
-	Runs, Failed       int
-	VsLimit            float64 // Value / limit's Value for the same case
+	// Per-file and host figures (medians over the runs; NaN unknown):
+	// daemon CPU seconds per file, host CPU seconds per file and per GiB,
+	// host CPU seconds per run.
+	CPUPerFile, HostPerFile, HostPerGiB, HostCPU float64
+	Runs, Failed                                 int
+	VsLimit                                      float64 // Value / limit's Value for the same case
 }
 
 // aggregate folds samples into one figure per (case, client), in case
@@ -31,7 +35,7 @@ func aggregate(samples []sample, clients []string) []figure {
 	var out []figure
 	for _, cs := range cases {
 		for _, cl := range clients {
-			var vals, mib, p50, p99, cpu, cpg []float64
+			var vals, mib, p50, p99, cpu, cpg, cpf, hpf, hpg, hcpu []float64
 			f := figure{Case: cs.Name, Client: cl, Unit: cs.Unit}
 			for _, s := range samples {
 				if s.Case != cs.Name || s.Client != cl {
@@ -49,7 +53,13 @@ func aggregate(samples []sample, clients []string) []figure {
 				cpu = append(cpu, s.CPU)
 				if s.Bytes > 0 {
 					cpg = append(cpg, s.CPU/(float64(s.Bytes)/(1<<30)))
+					hpg = append(hpg, s.HostCPU/(float64(s.Bytes)/(1<<30)))
 				}
+				if s.Files > 0 {
+					cpf = append(cpf, s.CPU/float64(s.Files))
+					hpf = append(hpf, s.HostCPU/float64(s.Files))
+				}
+				hcpu = append(hcpu, s.HostCPU)
 				f.RSS = max(f.RSS, s.RSS)
 			}
 			if f.Runs == 0 {
@@ -61,6 +71,10 @@ func aggregate(samples []sample, clients []string) []figure {
 			f.P99 = summarize(p99).Median
 			f.CPU = summarize(cpu).Median
 			f.CPUPerGiB = summarize(cpg).Median
+			f.CPUPerFile = summarize(cpf).Median
+			f.HostPerFile = summarize(hpf).Median
+			f.HostPerGiB = summarize(hpg).Median
+			f.HostCPU = summarize(hcpu).Median
 			out = append(out, f)
 		}
 	}
@@ -129,6 +143,8 @@ func renderMarkdown(w io.Writer, meta runMeta, figs []figure, samples []sample) 
 		fmt.Fprintf(w, "- %s\n", n)
 	}
 	fmt.Fprintln(w)
+	renderHostTable(w, figs)
+	fmt.Fprint(w, "\n## All figures\n\n")
 	fmt.Fprintln(w, "| workload | client | median | min–max | unit | MiB/s | p50 ms | p99 ms | CPU s/GiB | CPU s | peak RSS MiB | × limit |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, f := range figs {
@@ -217,7 +233,7 @@ func csvNum(v float64) string {
 func renderCSV(w io.Writer, figs []figure) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"workload", "client", "unit", "median", "min", "max", "runs", "failed", "mib_s", "p50_ms", "p99_ms",
-		"cpu_s", "cpu_s_per_gib", "peak_rss_mib", "vs_limit"})
+		"cpu_s", "cpu_s_per_gib", "peak_rss_mib", "vs_limit", "cpu_s_per_file", "host_cpu_s", "host_cpu_s_per_file", "host_cpu_s_per_gib"})
 	for _, f := range figs {
 		rss := ""
 		if f.RSS > 0 {
@@ -225,7 +241,7 @@ func renderCSV(w io.Writer, figs []figure) error {
 		}
 		_ = cw.Write([]string{f.Case, f.Client, f.Unit, csvNum(f.Value.Median), csvNum(f.Value.Min), csvNum(f.Value.Max),
 			strconv.Itoa(f.Runs), strconv.Itoa(f.Failed), csvNum(f.MiBps), csvNum(f.P50), csvNum(f.P99), csvNum(f.CPU),
-			csvNum(f.CPUPerGiB), rss, csvNum(f.VsLimit)})
+			csvNum(f.CPUPerGiB), rss, csvNum(f.VsLimit), csvNum(f.CPUPerFile), csvNum(f.HostCPU), csvNum(f.HostPerFile), csvNum(f.HostPerGiB)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -234,10 +250,10 @@ func renderCSV(w io.Writer, figs []figure) error {
 // renderSamplesCSV writes every raw sample.
 func renderSamplesCSV(w io.Writer, samples []sample) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"run", "client", "workload", "value", "unit", "mib_s", "p50_ms", "p99_ms", "bytes", "seconds", "cpu_s", "peak_rss_bytes", "error"})
+	_ = cw.Write([]string{"run", "client", "workload", "value", "unit", "mib_s", "p50_ms", "p99_ms", "bytes", "seconds", "cpu_s", "peak_rss_bytes", "error", "host_cpu_s", "files"})
 	for _, s := range samples {
 		_ = cw.Write([]string{strconv.Itoa(s.Run), s.Client, s.Case, csvNum(s.Value), caseUnit(s.Case), csvNum(s.MiBps), csvNum(s.P50),
-			csvNum(s.P99), strconv.FormatInt(s.Bytes, 10), csvNum(s.Seconds), csvNum(s.CPU), strconv.FormatInt(s.RSS, 10), s.Err})
+			csvNum(s.P99), strconv.FormatInt(s.Bytes, 10), csvNum(s.Seconds), csvNum(s.CPU), strconv.FormatInt(s.RSS, 10), s.Err, csvNum(s.HostCPU), strconv.FormatInt(s.Files, 10)})
 	}
 	cw.Flush()
 	return cw.Error()

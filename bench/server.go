@@ -55,8 +55,10 @@ func startGateway(ctx context.Context, c *config, root, logPath string, log *slo
 		return nil, nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(c.Versitygw, "--access", c.AccessKey, "--secret", c.SecretKey,
+	// Fenced on its own CPUs, a stand-in for a remote store (placement.go).
+	name, args := fencedCommand(c.ServerCPUs, c.Versitygw, "--access", c.AccessKey, "--secret", c.SecretKey,
 		"--port", addr, "--keep-alive", "--quiet", "posix", root)
+	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group: a Ctrl-C meant for the harness must not kill the
 	// gateway before the mounts on top of it are gone.

@@ -169,6 +169,8 @@ func (h *harness) runMeta(loadStart, loadEnd string, started time.Time) runMeta 
 		switch cl {
 		case "os2g":
 			ver("os2g:", h.os2gBin, "version")
+		case baseClient:
+			ver("os2g-base:", c.Os2gBase, "version")
 		case "s3fs":
 			ver("s3fs:", c.S3fs, "--version")
 		case "rclone":
@@ -183,6 +185,7 @@ func (h *harness) runMeta(loadStart, loadEnd string, started time.Time) runMeta 
 		formatSize(h.man.Params.SeqSize), h.man.Params.SmallCount, formatSize(h.man.Params.SmallSize), c.SmallReaders,
 		c.RandRuntime, c.RandJobs, h.man.Params.ListCount, h.man.LoaderImages, formatSize(h.man.LoaderBytes),
 		c.LoaderWorkers, c.LoaderBatch, formatSize(c.WriteSize), c.LimitConcurrency)
+	m.Notes = append(m.Notes, placementNote(c))
 	m.Notes = append(m.Notes, "os2g flags: "+strings.TrimSpace(c.Os2gArgs+" (read workloads add "+c.Os2gReadArgs+")"))
 	if c.S3fsArgs != "" {
 		m.Notes = append(m.Notes, "s3fs extra: "+c.S3fsArgs)

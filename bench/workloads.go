@@ -28,14 +28,19 @@ type sample struct {
 	Bytes    int64   // bytes delivered to (or written by) the application
 	Seconds  float64 // wall time of the measured part
 	CPU      float64 // daemon CPU seconds (utime+stime) of the measured part; NaN if unknown
-	RSS      int64   // daemon peak RSS (VmHWM), bytes; 0 if unknown
-	Err      string  // non-empty: the figure is missing and why
+	// HostCPU is the busy time of the host CPUs over the measured part,
+	// seconds (placement.go); NaN if unknown.
+	HostCPU float64
+	Files   int64  // files (images) delivered; 0 where not counted
+	RSS     int64  // daemon peak RSS (VmHWM), bytes; 0 if unknown
+	Err     string // non-empty: the figure is missing and why
 }
 
 // cases are the report rows, in order, with their headline unit.
 var cases = append([]struct{ Name, Workload, Unit string }{
 	{"seq-1j", "seq", "MiB/s"},
 	{"seq-4j", "seq", "MiB/s"},
+	{"seq-dd", "seq", "MiB/s"},
 	{"small", "small", "files/s"},
 	{"rand-4k", "rand", "IOPS"},
 	{"rand-1m", "rand", "IOPS"},
@@ -235,7 +240,7 @@ func (h *harness) fsSmall(ctx context.Context, root string, mt *meter) (sample, 
 		return sample{}, err
 	}
 	secs := time.Since(start).Seconds()
-	s := sample{Value: float64(len(files)) / secs, MiBps: mibps(bytes.Load(), secs), Bytes: bytes.Load(), Seconds: secs,
+	s := sample{Value: float64(len(files)) / secs, MiBps: mibps(bytes.Load(), secs), Bytes: bytes.Load(), Files: int64(len(files)), Seconds: secs,
 		CPU: mt.cpu(), P50: math.NaN(), P99: math.NaN()}
 	if len(bad) > 0 {
 		return s, fmt.Errorf("%w: %d of %d small files differ from the source, first %s", errWrongBytes, len(bad), len(files), bad[0])

@@ -104,7 +104,7 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		NegativeTimeout: &neg,
 		UID:             o.UID,
 		GID:             o.GID,
-	}, o.Registerer)
+	}, o.Registerer, o.ioctlViaBridge)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mp, err)
@@ -123,22 +123,28 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 	return s, nil
 }
 
-// mountNodeFS is fs.Mount with the node file system wrapped in meteredFS
-// when reg is set.
-func mountNodeFS(mp string, root fs.InodeEmbedder, opts *fs.Options, reg prometheus.Registerer) (*fuse.Server, error) {
-	if reg == nil {
-		return fs.Mount(mp, root, opts)
+// mountNodeFS mounts root at mp as fs.Mount does, with IOCTL answered by
+// ioctlFastFS unless viaBridge (tests), and every operation counted by
+// meteredFS when reg is set.
+func mountNodeFS(mp string, root fs.InodeEmbedder, opts *fs.Options, reg prometheus.Registerer, viaBridge bool) (*fuse.Server, error) {
+	raw := fs.NewNodeFS(root, opts)
+	if !viaBridge {
+		raw = ioctlFastFS{raw}
 	}
-	m, err := newOpMetrics(reg)
-	if err != nil {
-		return nil, err
+	if reg != nil {
+		m, err := newOpMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		raw = meteredFS{raw, m}
 	}
-	srv, err := fuse.NewServer(meteredFS{fs.NewNodeFS(root, opts), m}, mp, &opts.MountOptions)
+	srv, err := fuse.NewServer(raw, mp, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
+		// As in fs.Mount: a mount that failed has no loop to stop.
 		return nil, err
 	}
 	return srv, nil

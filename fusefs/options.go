@@ -117,6 +117,9 @@ type Options struct {
 	KernelReadAheadKB int
 
 	clock func() int64 // tests: replaces the wall clock of the caches (unix ns)
+	// ioctlViaBridge (tests): leave FUSE IOCTL to go-fuse's node bridge
+	// instead of ioctlFastFS, the baseline of BenchmarkIoctlRoundTrip.
+	ioctlViaBridge bool
 	// ptTest (tests): 1 withholds FUSE_PASSTHROUGH from the kernel; 2
 	// also skips the probe, so handles are offered and refused.
 	ptTest int

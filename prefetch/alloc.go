@@ -162,6 +162,11 @@ func (a *MmapAllocator) Alloc(n int) []byte {
 		a.st.Mapped += int64(class)
 		a.mu.Unlock()
 	}
+	if mb.resident < need {
+		// The caller writes all n bytes (a GET's body lands here): fault
+		// the pages in at once. A failure only leaves them to fault in.
+		_ = populate(mb.mem[mb.resident:need])
+	}
 	mb.resident = max(mb.resident, need)
 	a.mu.Lock()
 	a.live[&mb.mem[0]] = mb

@@ -91,6 +91,7 @@ func (m *Manager) Open(f File) *Reader {
 		}},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
+	m.st.opens.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for etag, fs := range m.files[f.Key] {

@@ -17,3 +17,4 @@ func pageSize() int { return os.Getpagesize() }
 func mmapAnon(int) ([]byte, error) { return nil, errNoMmap }
 func munmap([]byte) error          { return errNoMmap }
 func madviseDontNeed([]byte) error { return errNoMmap }
+func populate([]byte) error        { return errNoMmap }

@@ -31,6 +31,7 @@ type counters struct {
 	diskPuts      atomic.Int64
 	diskErrors    atomic.Int64
 	diskSkipped   atomic.Int64
+	opens         atomic.Int64 // Readers opened
 }
 
 // Stats is a snapshot of a Manager's counters and gauges. Byte fields are
@@ -188,6 +189,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) error {
 			_, _, w := m.usefulnessLocked()
 			return w
 		}),
+		counter("opens_total", "Readers opened: files read through the daemon.", c.opens.Load),
 		counter("disk_puts_total", "Files copied from memory to the disk cache.", c.diskPuts.Load),
 		counter("disk_put_errors_total", "Copies to the disk cache that failed.", c.diskErrors.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "os2g", Subsystem: "prefetch", Name: "budget_in_use_bytes",

@@ -75,6 +75,7 @@ type mountFlags struct {
 	cacheSize   sizeFlag
 	sharded     bool
 	gdd         gddFlags
+	cpus        cpusFlag
 }
 
 // register defines every flag of "os2g mount", in help order, each under
@@ -109,6 +110,7 @@ func (m *mountFlags) register(fs *pflag.FlagSet) {
 		fs.BoolVar(&m.passthrough, "passthrough", false, "experimental: let the kernel read files held whole in --cache-dir itself (FUSE passthrough, Linux 6.9+); an open racing an overwrite may get EIO")
 	})
 	flagGroup(fs, groupMemory, func() {
+		fs.Var(&m.cpus, "cpus", cpusUsage)
 		fs.Var(&m.maxMemory, "max-memory", "memory budget of read-ahead windows, epoch pre-reading and the block cache, e.g. 2GiB (default: 1/4 of min(RAM, cgroup memory limit)); FUSE request buffers and the parts of files being written come on top (see README)")
 	})
 	flagGroup(fs, groupWrites, func() {
@@ -195,6 +197,9 @@ func runMount(ctx context.Context, e Env, m *mountFlags, pos, raw []string) erro
 	}
 	if _, err := m.conn.options(e, u.Bucket, nil); err != nil {
 		return err // a bad --endpoint-url, reported before any daemon starts
+	}
+	if err := m.cpus.apply(); err != nil {
+		return err
 	}
 	if e.getenv(daemonEnv) != "" {
 		return runDaemonChild(ctx, e, m, u, pos[1])
@@ -356,7 +361,7 @@ func serveMount(ctx context.Context, e Env, m *mountFlags, u S3URL, mountpoint s
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newCPUCounter())
 	registerBuildInfo(reg, e.Version, e.Commit)
 	switch {
 	case m.logSyslog:

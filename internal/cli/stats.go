@@ -523,6 +523,7 @@ func renderStats(w io.Writer, mp, source string, ms metricSet, now time.Time) {
 		cpu = fmt.Sprintf("%.2f s", v)
 	}
 	row("process", "RSS %s, CPU %s, goroutines %s", size("process_resident_memory_bytes"), cpu, num("go_goroutines"))
+	row("daemon CPU", "%s", daemonCPU(ms))
 	tw.Flush()
 }
 
@@ -572,6 +573,27 @@ func errorSummary(ms metricSet, metric string, success func(status string) bool)
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// daemonCPU renders os2g_cpu_seconds_total (else process_cpu_seconds_total)
+// per GiB read and per file opened (os2g_prefetch_read_bytes_total,
+// os2g_prefetch_opens_total): the daemon's cost of the work it served since
+// it started. Missing metrics show as "-".
+func daemonCPU(ms metricSet) string {
+	cpu, ok := ms.get("os2g_cpu_seconds_total")
+	if !ok {
+		if cpu, ok = ms.get("process_cpu_seconds_total"); !ok {
+			return "-"
+		}
+	}
+	perGiB, perFile := "-", "-"
+	if read, ok := ms.get("os2g_prefetch_read_bytes_total"); ok && read > 0 {
+		perGiB = fmt.Sprintf("%.2f s", cpu/(read/(1<<30)))
+	}
+	if opens, ok := ms.get("os2g_prefetch_opens_total"); ok && opens > 0 {
+		perFile = formatSeconds(cpu / opens)
+	}
+	return fmt.Sprintf("%.2f s; %s per GiB read, %s per file opened", cpu, perGiB, perFile)
 }
 
 // formatSeconds renders a duration in seconds readably ("1.5 ms", "2.3 s").

@@ -73,6 +73,10 @@ os2g_diskcache_hits_total 3
 os2g_diskcache_misses_total 1
 # TYPE os2g_objclient_retries_total counter
 os2g_objclient_retries_total 12
+# TYPE os2g_prefetch_opens_total counter
+os2g_prefetch_opens_total 16
+# TYPE os2g_cpu_seconds_total counter
+os2g_cpu_seconds_total 0.004
 # TYPE process_resident_memory_bytes gauge
 process_resident_memory_bytes 1.31072e+08
 # TYPE process_cpu_seconds_total counter
@@ -111,6 +115,8 @@ func TestRenderStats(t *testing.T) {
 		"disk cache      7 objects, 1.0 MiB; hits 3, misses 1 (hit ratio 75.0%); puts 7, put errors 0, evictions -, corrupt -\n",
 		"retries         12 objclient_retries_total\n",
 		"process         RSS 125.0 MiB, CPU 4.25 s, goroutines 42\n",
+		// 0.004 s over 2 MiB read and 16 files.
+		"daemon CPU      0.00 s; 2.05 s per GiB read, 250 µs per file opened\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
@@ -125,7 +131,7 @@ func TestRenderStats(t *testing.T) {
 	b.Reset()
 	renderStats(&b, "/m", "s3://b/", ms, time.Now())
 	got = b.String()
-	for _, want := range []string{"bytes fetched   -\n", "bytes read      0 B (fetched/read -)\n", "hit ratio -", "disk cache      none\n", "RSS -, CPU -"} {
+	for _, want := range []string{"bytes fetched   -\n", "bytes read      0 B (fetched/read -)\n", "hit ratio -", "disk cache      none\n", "RSS -, CPU -", "daemon CPU      -\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("sparse output lacks %q:\n%s", want, got)
 		}
