@@ -119,6 +119,7 @@ type volume struct {
 	credKey string          // hash of the publish secret's credentials
 	d       *daemon         // nil when not running
 	targets map[string]bool // target path -> read-only bind
+	single  bool            // published SINGLE_NODE_SINGLE_WRITER: one target only
 	removed bool            // dropped from Driver.vols; callers start over
 }
 

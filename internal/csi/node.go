@@ -19,11 +19,16 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 	return &csipb.NodeGetInfoResponse{NodeId: d.opt.NodeID}, nil
 }
 
-// NodeGetCapabilities returns no optional capability: no stage/unstage
-// (the plugin shares a daemon between publishes itself), no volume stats,
-// no expansion.
+// NodeGetCapabilities returns SINGLE_NODE_MULTI_WRITER (the access modes
+// SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER are told apart)
+// and nothing else: no stage/unstage (the plugin shares a daemon between
+// publishes itself), no volume stats, no expansion.
 func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	return &csipb.NodeGetCapabilitiesResponse{}, nil
+	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{{
+		Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{
+			Type: csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		}},
+	}}}, nil
 }
 
 // readerOnly reports whether an access mode allows no writer.
@@ -48,7 +53,8 @@ func credKey(env []string) string {
 // req.Readonly). Errors: InvalidArgument for a bad request, attribute or
 // secret; AlreadyExists when the target holds this volume published
 // differently; FailedPrecondition when the volume runs on this node with
-// other options or credentials, or when os2g cannot mount it (missing
+// other options or credentials, when a SINGLE_NODE_SINGLE_WRITER volume
+// is published at a second target, or when os2g cannot mount it (missing
 // bucket, rejected credentials: the message names the volume and carries
 // os2g's own one-line reason); Internal for a failed bind mount. On any
 // error nothing new is left mounted.
@@ -108,6 +114,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		} else {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already published at %s with other options or read-only flag", id, target)
 		}
+	}
+	single := mode == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	if _, here := v.targets[target]; !here && len(v.targets) > 0 && (single || v.single) {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"volume %q is SINGLE_NODE_SINGLE_WRITER and already published on this node at another target", id)
 	}
 	if v.d != nil && (v.spec.key() != spec.key() || v.credKey != ck) {
 		return nil, status.Errorf(codes.FailedPrecondition,
@@ -176,6 +187,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		return nil, status.Errorf(codes.Internal, "volume %q: %v", id, err)
 	}
 	v.targets[target] = ro
+	v.single = single
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
 
