@@ -304,3 +304,17 @@ func daemonEnv(base, creds []string) []string {
 	}
 	return append(env, creds...)
 }
+
+// CheckVolume checks a PersistentVolume's spec.csi.volumeAttributes and
+// spec.mountOptions the way NodePublishVolume does (readerOnly: the
+// access mode allows no writer) and returns the arguments of "os2g mount"
+// they give, flags first and the s3:// URL last (the daemon also gets
+// --foreground, --allow-other and its mount point). Errors name the
+// offending attribute or option.
+func CheckVolume(attrs map[string]string, mountOptions []string, readerOnly bool) ([]string, error) {
+	s, err := buildSpec(attrs, mountOptions, readerOnly)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]string(nil), s.flags...), s.source), nil
+}
