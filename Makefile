@@ -9,6 +9,7 @@ all: build
 
 build:
 	$(GO) build -o bin/os2g ./cmd/os2g
+	$(GO) build -o bin/os2g-csi ./cmd/os2g-csi
 
 deps:
 	bash scripts/install-deps.sh

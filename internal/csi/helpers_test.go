@@ -51,7 +51,8 @@ func os2gBinary(t *testing.T) string {
 			return
 		}
 		buildBin = filepath.Join(buildDir, "os2g")
-		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		// A build under a loaded CI machine can be slow: a generous guard.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", buildBin, "github.com/os2g/os2g/cmd/os2g").CombinedOutput()
 		if err != nil {
