@@ -2,9 +2,11 @@ package csi
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -77,6 +79,21 @@ func TestPublishUnpublish(t *testing.T) {
 	if !isMounted(t, staging) || !isMounted(t, target) {
 		t.Fatalf("staging mounted %v, target mounted %v; want both", isMounted(t, staging), isMounted(t, target))
 	}
+	// The secret reaches the daemon by its environment only.
+	pid := dm.cmd.Process.Pid
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := v.secrets[SecretSecretAccessKey]
+	noSecretIn(t, "the daemon's command line", string(cmdline), map[string]string{"secret": secret})
+	if !strings.Contains(string(environ), "\x00"+SecretSecretAccessKey+"="+secret+"\x00") {
+		t.Error("the daemon's environment lacks the secret's AWS_SECRET_ACCESS_KEY")
+	}
 
 	// Publishing again with the same arguments is a no-op (idempotent).
 	h.publish(v, "vol-1", target, false)
@@ -101,11 +118,87 @@ func TestPublishUnpublish(t *testing.T) {
 	target2 := h.target("pod-b")
 	h.publish(v, "vol-1", target2, true)
 	readFile(t, filepath.Join(target2, "ckpt.pt"), "weights")
-	err := os.WriteFile(filepath.Join(target2, "x"), []byte("no"), 0o644)
+	err = os.WriteFile(filepath.Join(target2, "x"), []byte("no"), 0o644)
 	if !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write on a read-only publish: %v, want EROFS", err)
 	}
 	h.unpublish("vol-1", target2)
+	noSecretIn(t, "the driver's log", h.logs.String(), map[string]string{"secret": secret})
+}
+
+// TestDatasetMode: a ReadOnlyMany volume with datasetMode runs its daemon
+// with --read-only and --immutable; files read, writes fail with EROFS.
+func TestDatasetMode(t *testing.T) {
+	requireMounts(t)
+	h := newHarness(t, os2gBinary(t))
+	v := newS3Volume(t, objects)
+	v.attrs["datasetMode"] = "true"
+	target := h.target("pod-a")
+	_, err := h.node.NodePublishVolume(h.ctx(), &csipb.NodePublishVolumeRequest{
+		VolumeId: "vol-ds", TargetPath: target, VolumeContext: v.attrs, Secrets: v.secrets,
+		VolumeCapability: mountCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, "max-memory=64MiB"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := h.daemonOf("vol-ds")
+	args := strings.Join(dm.cmd.Args, " ")
+	for _, want := range []string{"--read-only=true", "--immutable=true", "--max-memory=64MiB", "--allow-other"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("daemon args %q lack %s", args, want)
+		}
+	}
+	readFile(t, filepath.Join(target, "train/cls_a/0.bin"), "zero")
+	readFile(t, filepath.Join(target, "train/cls_a/0.bin"), "zero") // second epoch
+	if err := os.WriteFile(filepath.Join(target, "x"), []byte("no"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("write in dataset mode: %v, want EROFS", err)
+	}
+	h.unpublish("vol-ds", target)
+	waitExited(t, dm)
+}
+
+// TestConcurrentPublishes: publishes of one volume racing on several
+// targets start one daemon between them.
+func TestConcurrentPublishes(t *testing.T) {
+	requireMounts(t)
+	h := newHarness(t, os2gBinary(t))
+	v := newS3Volume(t, objects)
+	targets := []string{h.target("p0"), h.target("p1"), h.target("p2"), h.target("p3")}
+	var wg sync.WaitGroup
+	errs := make([]error, len(targets))
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = h.node.NodePublishVolume(h.ctx(), &csipb.NodePublishVolumeRequest{
+				VolumeId: "vol-c", TargetPath: tg, VolumeContext: v.attrs, Secrets: v.secrets,
+				VolumeCapability: mountCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	n := 0
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, `msg="daemon started"`) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d daemons started for 4 concurrent publishes of one volume, want 1", n)
+	}
+	for _, tg := range targets {
+		readFile(t, filepath.Join(tg, "hello.txt"), objects["hello.txt"])
+	}
+	dm := h.daemonOf("vol-c")
+	for _, tg := range targets {
+		h.unpublish("vol-c", tg)
+	}
+	waitExited(t, dm)
 }
 
 // TestSharedDaemon: two publishes of one volume share one daemon; the
