@@ -1,7 +1,9 @@
 package csi
 
 import (
+	"os/exec"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -184,5 +186,37 @@ func TestInvalidRequests(t *testing.T) {
 	ni, err := h.node.NodeGetInfo(h.ctx(), &csipb.NodeGetInfoRequest{})
 	if err != nil || ni.GetNodeId() != "node-1" {
 		t.Errorf("NodeGetInfo: %v, %v", ni, err)
+	}
+}
+
+// pendingFlags are rows of the option table whose os2g mount flag is being
+// added on other branches (hostcpu --cpus, faults --op-timeout, sharded
+// --sharded). Once merged they must be flags like every other row: delete
+// them from here and TestOptionTableFlagsExist checks them too.
+var pendingFlags = map[string]bool{"cpus": true, "op-timeout": true, "sharded": true}
+
+// TestOptionTableFlagsExist: every row of the option table (and the fixed
+// flags every daemon gets) names a real flag of the os2g binary's
+// "mount --help".
+func TestOptionTableFlagsExist(t *testing.T) {
+	out, err := exec.Command(os2gBinary(t), "mount", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("os2g mount --help: %v\n%s", err, out)
+	}
+	help := string(out)
+	names := []string{"foreground", "allow-other"}
+	for _, o := range options {
+		names = append(names, o.flag)
+	}
+	for _, name := range names {
+		re := regexp.MustCompile(`(?m)(^|\s)--?` + regexp.QuoteMeta(name) + `(\s|=|,|$)`)
+		found := re.MatchString(help)
+		switch {
+		case found:
+		case pendingFlags[name]:
+			t.Logf("--%s is not (yet) a flag of os2g mount: a volume setting it fails to mount until it is merged", name)
+		default:
+			t.Errorf("option table row --%s is not a flag of os2g mount", name)
+		}
 	}
 }
