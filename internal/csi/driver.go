@@ -26,7 +26,8 @@
 //     secret the daemon uses the plugin's own AWS configuration chain.
 //   - A daemon that died is noticed on the next publish of its volume:
 //     logged with its last output, restarted, and every target of the
-//     volume bound again to the new mount.
+//     volume bound again to the new mount. Until then NodeGetVolumeStats
+//     of the volume fails with Unavailable, saying so.
 //   - Read-only: an access mode of the *_READER_ONLY kind or the volume
 //     attribute readOnly/datasetMode starts the daemon with --read-only; a
 //     publish with readonly=true gets a read-only bind mount.

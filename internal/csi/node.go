@@ -19,16 +19,21 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 	return &csipb.NodeGetInfoResponse{NodeId: d.opt.NodeID}, nil
 }
 
-// NodeGetCapabilities returns SINGLE_NODE_MULTI_WRITER (the access modes
-// SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER are told apart)
-// and nothing else: no stage/unstage (the plugin shares a daemon between
-// publishes itself), no volume stats, no expansion.
+// NodeGetCapabilities returns GET_VOLUME_STATS, SINGLE_NODE_MULTI_WRITER
+// (the access modes SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER
+// are told apart), and nothing else: no stage/unstage (the plugin shares a
+// daemon between publishes itself), no expansion.
 func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{{
-		Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{
-			Type: csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-		}},
-	}}}, nil
+	var caps []*csipb.NodeServiceCapability
+	for _, c := range []csipb.NodeServiceCapability_RPC_Type{
+		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csipb.NodeServiceCapability{
+			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: c}},
+		})
+	}
+	return &csipb.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 // readerOnly reports whether an access mode allows no writer.

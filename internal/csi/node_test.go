@@ -44,6 +44,12 @@ func (h *harness) unpublish(id, target string) {
 	}
 }
 
+// statsErr returns the error of NodeGetVolumeStats for the target.
+func (h *harness) statsErr(id, target string) error {
+	_, err := h.node.NodeGetVolumeStats(h.ctx(), &csipb.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+	return err
+}
+
 func readFile(t *testing.T, path, want string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -93,6 +99,15 @@ func TestPublishUnpublish(t *testing.T) {
 	noSecretIn(t, "the daemon's command line", string(cmdline), map[string]string{"secret": secret})
 	if !strings.Contains(string(environ), "\x00"+SecretSecretAccessKey+"="+secret+"\x00") {
 		t.Error("the daemon's environment lacks the secret's AWS_SECRET_ACCESS_KEY")
+	}
+
+	st, err := h.node.NodeGetVolumeStats(h.ctx(), &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target})
+	if err != nil || len(st.GetUsage()) != 2 || st.GetUsage()[0].GetUnit() != csipb.VolumeUsage_BYTES {
+		t.Errorf("NodeGetVolumeStats of a live publish: %v, %v; want byte and inode usage", st, err)
+	}
+	_, err = h.node.NodeGetVolumeStats(h.ctx(), &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target + "-other"})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("NodeGetVolumeStats at a path the volume is not published at: %v, want NotFound", err)
 	}
 
 	// Publishing again with the same arguments is a no-op (idempotent).
@@ -265,6 +280,9 @@ func TestDaemonDeathRestart(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(ta, "hello.txt")); err == nil {
 		t.Fatal("read through a dead daemon's mount succeeded")
 	}
+	if err := h.statsErr("vol-d", ta); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "lost its os2g daemon") {
+		t.Errorf("NodeGetVolumeStats with a dead daemon: %v, want Unavailable saying the daemon is lost", err)
+	}
 
 	h.publish(v, "vol-d", tb, false)
 	nd := h.daemonOf("vol-d")
@@ -273,6 +291,9 @@ func TestDaemonDeathRestart(t *testing.T) {
 	}
 	readFile(t, filepath.Join(tb, "hello.txt"), objects["hello.txt"])
 	readFile(t, filepath.Join(ta, "hello.txt"), objects["hello.txt"])
+	if err := h.statsErr("vol-d", ta); err != nil {
+		t.Errorf("NodeGetVolumeStats after the restart: %v", err)
+	}
 	if !strings.Contains(h.logs.String(), "daemon died") {
 		t.Error("the dead daemon was not reported in the log")
 	}
