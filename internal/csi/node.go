@@ -130,13 +130,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 			"volume %q already runs on this node with other options or credentials (%s %s); unpublish it from every pod of this node first",
 			id, v.spec.source, strings.Join(v.spec.flags, " "))
 	}
-	restarted := false
 	if v.d != nil && !v.d.alive() {
 		d.log.Warn("the volume's os2g daemon died; restarting it", "volume", id,
 			"exit", v.d.waitErr, "last_output", v.d.tail.message(), "targets", len(v.targets))
 		v.d.stop(d.log, id, d.opt.StopGrace)
 		v.d = nil
-		restarted = true
 	}
 	if v.d == nil {
 		if err := os.MkdirAll(v.staging, 0o755); err != nil {
@@ -156,19 +154,19 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 			}
 		}
 		v.d, v.spec, v.credKey = dm, spec, ck
-		if restarted {
-			for t, tro := range v.targets {
-				if t == target {
-					continue
-				}
-				if err := unmountAll(t); err != nil {
-					d.log.Warn("rebinding a target after a daemon restart: unmount", "volume", id, "target", t, "err", err)
-					continue
-				}
-				if err := bindMount(v.staging, t, tro); err != nil {
-					d.log.Warn("rebinding a target after a daemon restart", "volume", id, "target", t, "err", err)
-					delete(v.targets, t)
-				}
+		// Targets left from a daemon that died (or from a failed restart)
+		// point at a dead mount: bind them to the new one.
+		for t, tro := range v.targets {
+			if t == target {
+				continue
+			}
+			if err := unmountAll(t); err != nil {
+				d.log.Warn("rebinding a target after a daemon restart: unmount", "volume", id, "target", t, "err", err)
+				continue
+			}
+			if err := bindMount(v.staging, t, tro); err != nil {
+				d.log.Warn("rebinding a target after a daemon restart", "volume", id, "target", t, "err", err)
+				delete(v.targets, t)
 			}
 		}
 	}
