@@ -117,6 +117,9 @@ func TestPublishUnpublish(t *testing.T) {
 	}
 
 	h.unpublish("vol-1", target)
+	if dm.alive() {
+		t.Error("the last unpublish returned before the daemon exited")
+	}
 	waitExited(t, dm)
 	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("target after unpublish: stat err %v, want not exist", err)
@@ -371,5 +374,35 @@ func assertNothingLeft(t *testing.T, h *harness, id, target string) {
 	}
 	if h.daemonOf(id) != nil {
 		t.Errorf("volume %s has a daemon after a failed publish", id)
+	}
+}
+
+// TestRestartClearsStaleStaging: a plugin that starts again finds the
+// staging mount of a daemon that died with the previous one, and clears it.
+func TestRestartClearsStaleStaging(t *testing.T) {
+	requireMounts(t)
+	h := newHarness(t, os2gBinary(t))
+	v := newS3Volume(t, objects)
+	target := h.target("pod-a")
+	h.publish(v, "vol-r", target, false)
+	dm := h.daemonOf("vol-r")
+	if err := dm.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, dm)
+	if !isMounted(t, dm.staging) {
+		t.Fatal("the killed daemon's staging mount is already gone; nothing to test")
+	}
+	d2, err := New(Options{NodeID: "node-1", Os2gPath: h.d.opt.Os2gPath, StateDir: h.d.opt.StateDir, Log: h.d.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if isMounted(t, dm.staging) {
+		t.Error("a new plugin left the stale staging mount in place")
+	}
+	h.unpublish("vol-r", target)
+	if isMounted(t, target) {
+		t.Error("target still mounted after unpublish")
 	}
 }
