@@ -19,6 +19,7 @@ import (
 type daemon struct {
 	cmd     *exec.Cmd
 	staging string
+	dev     string        // MAJ:MIN of its FUSE mount, for an abort through fusectl
 	exited  chan struct{} // closed when the process has been waited for
 	waitErr error         // the exit status; read after exited is closed
 	tail    *tailBuffer   // last lines of its stderr
@@ -64,7 +65,8 @@ var errDaemonExited = errors.New("the os2g daemon exited before the mount was re
 
 // startDaemon runs bin as "os2g mount --foreground --allow-other FLAGS
 // SOURCE STAGING" with env, and returns once the mount at staging is live
-// (it shows in /proc/self/mountinfo as a FUSE mount), the daemon exited
+// (it shows in /proc/self/mountinfo as a FUSE mount and answers statfs),
+// the daemon exited
 // (errDaemonExited wrapped with its own message), ctx ended, or timeout
 // passed; in the last two cases the daemon is stopped first. Its output is
 // logged line by line with the volume ID.
@@ -120,7 +122,8 @@ func startDaemon(ctx context.Context, log *slog.Logger, bin string, spec mountSp
 			d.stop(log, volumeID, 10*time.Second)
 			return nil, err
 		}
-		if ok && strings.HasPrefix(m.fstype, "fuse") {
+		if ok && strings.HasPrefix(m.fstype, "fuse") && answers(staging, time.Second) {
+			d.dev = m.dev
 			return d, nil
 		}
 		select {
@@ -141,6 +144,12 @@ func startDaemon(ctx context.Context, log *slog.Logger, bin string, spec mountSp
 	}
 }
 
+// healthy reports whether the daemon process runs and its mount answers
+// statfs within timeout (a daemon stuck in the kernel, or hung, does not).
+func (d *daemon) healthy(timeout time.Duration) bool {
+	return d.alive() && answers(d.staging, timeout)
+}
+
 // alive reports whether the daemon process has not exited.
 func (d *daemon) alive() bool {
 	select {
@@ -152,16 +161,31 @@ func (d *daemon) alive() bool {
 }
 
 // stop ends the daemon: SIGTERM (it unmounts and exits), SIGKILL after
-// grace, then a lazy unmount of whatever is left at the staging directory.
+// grace, then, if even that does not end it within grace (a FUSE daemon
+// can hang in the kernel on a request to its own mount), an abort of its
+// FUSE connection; then a lazy unmount of whatever is left at the staging
+// directory. Every wait is bounded: a daemon that still has not exited is
+// logged and left behind.
 func (d *daemon) stop(log *slog.Logger, volumeID string, grace time.Duration) {
-	if d.alive() {
-		d.cmd.Process.Signal(syscall.SIGTERM)
+	pid := d.cmd.Process.Pid
+	exited := func() bool {
 		select {
 		case <-d.exited:
+			return true
 		case <-time.After(grace):
-			log.Warn("daemon did not exit after SIGTERM; killing it", "volume", volumeID, "pid", d.cmd.Process.Pid, "grace", grace)
+			return false
+		}
+	}
+	if d.alive() {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		if !exited() {
+			log.Warn("daemon did not exit after SIGTERM; killing it", "volume", volumeID, "pid", pid, "grace", grace)
 			d.cmd.Process.Kill()
-			<-d.exited
+			if !exited() && d.dev != "" {
+				err := abortFuse(d.dev)
+				log.Warn("daemon did not exit after SIGKILL; aborted its FUSE connection", "volume", volumeID, "pid", pid, "dev", d.dev, "err", err)
+				exited()
+			}
 		}
 	}
 	if err := unmountAll(d.staging); err != nil {
@@ -169,5 +193,25 @@ func (d *daemon) stop(log *slog.Logger, volumeID string, grace time.Duration) {
 			log.Warn("staging directory still mounted", "volume", volumeID, "staging", d.staging, "err", err)
 		}
 	}
-	log.Info("daemon stopped", "volume", volumeID, "pid", d.cmd.Process.Pid, "exit", fmt.Sprint(d.waitErr))
+	if d.alive() {
+		log.Error("daemon still running after SIGTERM, SIGKILL and a FUSE abort; leaving it", "volume", volumeID, "pid", pid)
+		return
+	}
+	log.Info("daemon stopped", "volume", volumeID, "pid", pid, "exit", fmt.Sprint(d.waitErr))
+}
+
+// answers reports whether a statfs of path returns within timeout. statfs
+// always reaches a FUSE daemon, so a true answer means it serves requests.
+func answers(path string, timeout time.Duration) bool {
+	done := make(chan error, 1)
+	go func() {
+		var st syscall.Statfs_t
+		done <- syscall.Statfs(path, &st)
+	}()
+	select {
+	case err := <-done:
+		return err == nil
+	case <-time.After(timeout):
+		return false
+	}
 }

@@ -14,6 +14,7 @@ import (
 type mountInfo struct {
 	target string // mount point, unescaped
 	fstype string // e.g. "fuse.os2g", "fuse", "tmpfs"
+	dev    string // MAJ:MIN of the file system; for FUSE, MIN names the connection
 }
 
 // readMounts parses /proc/self/mountinfo (proc(5)).
@@ -42,7 +43,7 @@ func readMounts() ([]mountInfo, error) {
 		if sep < 0 || sep+1 >= len(fields) {
 			continue
 		}
-		ms = append(ms, mountInfo{target: unescapeOctal(fields[4]), fstype: fields[sep+1]})
+		ms = append(ms, mountInfo{target: unescapeOctal(fields[4]), fstype: fields[sep+1], dev: fields[2]})
 	}
 	return ms, sc.Err()
 }
@@ -128,4 +129,24 @@ func unmountAll(path string) error {
 		}
 	}
 	return fmt.Errorf("unmount %s: still mounted after 16 unmounts", path)
+}
+
+// fuseConnDir is where the kernel's fusectl file system lists FUSE
+// connections (Documentation/filesystems/fuse.rst, "Control filesystem").
+const fuseConnDir = "/sys/fs/fuse/connections"
+
+// abortFuse aborts the FUSE connection of the mount whose device is dev
+// ("0:MIN"): every request waiting on its daemon fails with ENOTCONN, which
+// frees a daemon stuck in the kernel on its own mount.
+func abortFuse(dev string) error {
+	_, minor, ok := strings.Cut(dev, ":")
+	if !ok || minor == "" || strings.ContainsAny(minor, "/.") {
+		return fmt.Errorf("bad FUSE device %q", dev)
+	}
+	if names, err := os.ReadDir(fuseConnDir); err == nil && len(names) == 0 {
+		// fusectl is not mounted (systemd mounts it on most hosts; a
+		// container may lack it): mount it, as the kernel documents.
+		syscall.Mount("fusectl", fuseConnDir, "fusectl", 0, "")
+	}
+	return os.WriteFile(fuseConnDir+"/"+minor+"/abort", []byte("1"), 0)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -35,6 +36,10 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	}
 	return &csipb.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
+
+// healthTimeout bounds the statfs that tells a serving daemon from a hung
+// one at each publish.
+const healthTimeout = 5 * time.Second
 
 // readerOnly reports whether an access mode allows no writer.
 func readerOnly(m csipb.VolumeCapability_AccessMode_Mode) bool {
@@ -111,9 +116,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	defer v.mu.Unlock()
 	defer d.dropIfIdle(v)
 
+	healthy := v.d != nil && v.d.healthy(healthTimeout)
 	if old, ok := v.targets[target]; ok {
 		if old == ro && v.spec.key() == spec.key() && v.credKey == ck {
-			if v.d != nil && v.d.alive() {
+			if healthy {
 				return &csipb.NodePublishVolumeResponse{}, nil
 			}
 		} else {
@@ -130,10 +136,18 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 			"volume %q already runs on this node with other options or credentials (%s %s); unpublish it from every pod of this node first",
 			id, v.spec.source, strings.Join(v.spec.flags, " "))
 	}
-	if v.d != nil && !v.d.alive() {
-		d.log.Warn("the volume's os2g daemon died; restarting it", "volume", id,
-			"exit", v.d.waitErr, "last_output", v.d.tail.message(), "targets", len(v.targets))
+	if v.d != nil && !healthy {
+		if v.d.alive() {
+			d.log.Warn("the volume's os2g daemon does not answer; stopping and restarting it", "volume", id,
+				"pid", v.d.cmd.Process.Pid, "last_output", v.d.tail.message(), "targets", len(v.targets))
+		} else {
+			d.log.Warn("the volume's os2g daemon died; restarting it", "volume", id,
+				"exit", v.d.waitErr, "last_output", v.d.tail.message(), "targets", len(v.targets))
+		}
 		v.d.stop(d.log, id, d.opt.StopGrace)
+		if v.d.alive() {
+			return nil, status.Errorf(codes.Internal, "volume %q: its os2g daemon (pid %d) does not answer and cannot be stopped", id, v.d.cmd.Process.Pid)
+		}
 		v.d = nil
 	}
 	if v.d == nil {
