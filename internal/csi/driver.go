@@ -24,8 +24,10 @@
 //     AWS_SESSION_TOKEN) and reach the daemon only as environment
 //     variables: never its command line, never a log line. Without a
 //     secret the daemon uses the plugin's own AWS configuration chain.
-//   - A daemon that died is noticed on the next publish of its volume:
-//     logged with its last output, restarted, and every target of the
+//   - A daemon that died, or whose mount does not answer statfs within
+//     5 s, is noticed on the next publish of its volume: logged with its
+//     last output, stopped (SIGTERM, SIGKILL, then an abort of its FUSE
+//     connection through fusectl), restarted, and every target of the
 //     volume bound again to the new mount. Until then NodeGetVolumeStats
 //     of the volume fails with Unavailable, saying so.
 //   - Read-only: an access mode of the *_READER_ONLY kind or the volume
