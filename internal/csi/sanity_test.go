@@ -58,7 +58,7 @@ func (p *staticProvisioner) DeleteVolume(_ context.Context, req *csipb.DeleteVol
 var sanitySkips = []struct{ match, why string }{
 	{"[Controller Server]", "the plugin offers no Controller service (static provisioning): filtered out with Ginkgo's skip"},
 	{"GroupControllerService not supported", "no GroupController service"},
-	{"NodeGetVolumeHealth not supported", "no GET_VOLUME_HEALTH (an alpha RPC); the volume condition comes with NodeGetVolumeStats"},
+	{"NodeGetVolumeHealth not supported", "no GET_VOLUME_HEALTH (an alpha RPC); a lost daemon shows as an Unavailable error of NodeGetVolumeStats"},
 	{"NodeGetStorageHealth not supported", "no GET_STORAGE_HEALTH (an alpha RPC)"},
 	{"Controller Service not provided", "the suite's own skip: full-lifecycle node tests need a Controller that provisions"},
 	{"NodeStageVolume not supported", "no STAGE_UNSTAGE_VOLUME: the plugin shares the daemon between publishes itself"},
