@@ -13,6 +13,7 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/os2g ./cmd/os2g
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/os2g-csi ./cmd/os2g-csi
 
 # Installs os2g, and /sbin/mount.fuse.os2g for mount(8) and /etc/fstab
 # ("mount -t fuse.os2g s3://bucket/prefix /mnt/data -o read-only"), and the
