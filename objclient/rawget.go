@@ -168,22 +168,34 @@ func (g *rawGetter) withRetries(ctx context.Context, once func() error) error {
 }
 
 // learnSkew records the clock offset from a RequestTimeTooSkewed reply's
-// Date header and reports whether it did.
+// Date header and reports whether it did. A HEAD's refusal has no body to
+// name the code: a bare 403 whose Date is more than maxSkew from our
+// (corrected) clock counts as one.
 func (g *rawGetter) learnSkew(err error) bool {
-	if Code(err) != "RequestTimeTooSkewed" {
-		return false
-	}
 	var re *awshttp.ResponseError
 	if !errors.As(err, &re) || re.Response == nil {
+		return false
+	}
+	code := Code(err)
+	if code != "RequestTimeTooSkewed" && !(code == "Forbidden" && re.Response.Request != nil && re.Response.Request.Method == http.MethodHead) {
 		return false
 	}
 	t, perr := http.ParseTime(re.Response.Header.Get("Date"))
 	if perr != nil {
 		return false
 	}
-	g.skew.Store(int64(time.Until(t)))
+	skew := time.Until(t)
+	if code != "RequestTimeTooSkewed" && (skew-time.Duration(g.skew.Load())).Abs() <= maxSkew {
+		return false // refused for another reason
+	}
+	g.skew.Store(int64(skew))
 	return true
 }
+
+// maxSkew is how far a request's signing time may be from the server's
+// clock before S3 refuses it (RequestTimeTooSkewed at 15 minutes); a
+// bare 403 to a HEAD from a server further off than this is taken for one.
+const maxSkew = 5 * time.Minute
 
 // retryable reports whether a failed GET (before its body) is worth
 // another attempt: throttling, 5xx, transport errors, S3's RequestTimeout.

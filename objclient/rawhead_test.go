@@ -219,3 +219,43 @@ func TestRawHeadFaults(t *testing.T) {
 		t.Errorf("os2g_s3_requests_total{op=HeadObject,status=error} = %v, want 1 or 2 (two lost replies)", n)
 	}
 }
+
+// A server whose clock is an hour ahead refuses a HEAD signed with ours
+// with a bare 403 (no body to name RequestTimeTooSkewed); the raw HEAD
+// takes the skew from the reply's Date header and signs again.
+func TestRawHeadClockSkew(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		server := time.Now().Add(time.Hour).UTC()
+		w.Header().Set("Date", server.Format(http.TimeFormat))
+		signed, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+		if r.Method != http.MethodHead || err != nil || server.Sub(signed).Abs() > 15*time.Minute {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Content-Length", "0")
+		w.Header().Set("Content-Type", "application/x-directory")
+		w.Header().Set("ETag", `"d41d8cd98f00b204e9800998ecf8427e"`)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	s := objtest.NewS3(t, objclient.Options{Bucket: "data", Region: "us-east-1", Endpoint: srv.URL, ForcePathStyle: true,
+		AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", MaxAttempts: 3,
+		RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond})
+	oi, err := s.Stat(ctxT(t), "meta")
+	if err != nil || oi.ContentType != "application/x-directory" || oi.Size != 0 {
+		t.Fatalf("Stat = %+v, %v; want the marker", oi, err)
+	}
+	if got := requests.Load(); got != 2 {
+		t.Errorf("%d requests, want 2 (one refused as skewed, one signed with the server's time)", got)
+	}
+	// A 403 from a server whose clock agrees is an answer, not a skew.
+	requests.Store(0)
+	if _, err := s.Stat(ctxT(t), "x"); err != nil {
+		t.Fatalf("second Stat with the learned skew: %v", err)
+	}
+	if got := requests.Load(); got != 1 {
+		t.Errorf("second Stat: %d requests, want 1", got)
+	}
+}
