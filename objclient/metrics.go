@@ -12,7 +12,7 @@ import (
 )
 
 // Request metrics: every HTTP request the store sends (SDK calls and the
-// raw ranged GETs alike, each retry counted) by S3 operation and HTTP
+// raw ranged GETs and HEADs alike, each retry counted) by S3 operation and HTTP
 // status, with the time to the response headers.
 //
 //	os2g_s3_requests_total{op="GetObject",status="206"}
@@ -90,7 +90,7 @@ func (c instrumentedClient) Do(req *http.Request) (*http.Response, error) {
 }
 
 // requestOp names the S3 operation of req: the SDK's operation name when
-// the request came through the SDK, else (the raw ranged GETs) from the
+// the request came through the SDK, else (the raw GETs and HEADs) from the
 // method and query.
 func requestOp(req *http.Request) string {
 	if op := awsmiddleware.GetOperationName(req.Context()); op != "" {

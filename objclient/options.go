@@ -65,6 +65,9 @@ type Options struct {
 	// sdkGet sends GetRange through the SDK's GetObject instead of the
 	// raw path (tests of both).
 	sdkGet bool
+	// sdkHead sends Stat through the SDK's HeadObject instead of the raw
+	// path (tests of both).
+	sdkHead bool
 }
 
 const (

@@ -26,7 +26,8 @@ import (
 // middleware stack: an http.Request signed by the SDK's own SigV4 signer
 // (v4.Signer, the same credentials provider), sent on the same
 // http.Client, to the URL the SDK's endpoint resolver gives for the
-// bucket. Every other operation goes through the SDK. Measured against
+// bucket. Stat's HEADs take the same path (rawhead.go); every other
+// operation goes through the SDK. Measured against
 // versitygw on loopback, a 110 KiB GetObject costs about 210-260 us of
 // client CPU through the SDK and 140 us this way; for an epoch over small
 // files that is most of the daemon's cost per file.
@@ -126,6 +127,20 @@ type rawResponse struct {
 // throttling and transient failures before that with full-jitter backoff,
 // up to the attempt limit. The caller closes body.
 func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*rawResponse, error) {
+	var r *rawResponse
+	err := g.withRetries(ctx, func() error {
+		var err error
+		r, err = g.getOnce(ctx, key, rng, ifMatch)
+		return err
+	})
+	return r, err
+}
+
+// withRetries runs once (one signed request) until it succeeds, retrying
+// throttling and transient failures with full-jitter backoff up to the
+// attempt limit; a RequestTimeTooSkewed reply is signed again at once with
+// the server's time, without counting as an attempt.
+func (g *rawGetter) withRetries(ctx context.Context, once func() error) error {
 	var err error
 	for attempt := 0; attempt < g.tries; attempt++ {
 		if attempt > 0 {
@@ -134,46 +149,60 @@ func (g *rawGetter) getHeaders(ctx context.Context, key, rng, ifMatch string) (*
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, ctx.Err()
+				return ctx.Err()
 			case <-t.C:
 			}
 		}
-		var r *rawResponse
-		r, err = g.getOnce(ctx, key, rng, ifMatch)
+		err = once()
 		if err != nil && g.learnSkew(err) {
-			r, err = g.getOnce(ctx, key, rng, ifMatch) // signed again at once with the server's time
+			err = once() // signed again at once with the server's time
 		}
 		if err == nil {
-			return r, nil
+			return nil
 		}
 		if ctx.Err() != nil || !retryable(err) {
-			return nil, err
+			return err
 		}
 	}
-	return nil, err
+	return err
 }
 
 // learnSkew records the clock offset from a RequestTimeTooSkewed reply's
-// Date header and reports whether it did.
+// Date header and reports whether it did. A HEAD's refusal has no body to
+// name the code: a bare 403 whose Date is more than maxSkew from our
+// (corrected) clock counts as one.
 func (g *rawGetter) learnSkew(err error) bool {
-	if Code(err) != "RequestTimeTooSkewed" {
-		return false
-	}
 	var re *awshttp.ResponseError
 	if !errors.As(err, &re) || re.Response == nil {
+		return false
+	}
+	code := Code(err)
+	if code != "RequestTimeTooSkewed" && !(code == "Forbidden" && re.Response.Request != nil && re.Response.Request.Method == http.MethodHead) {
 		return false
 	}
 	t, perr := http.ParseTime(re.Response.Header.Get("Date"))
 	if perr != nil {
 		return false
 	}
-	g.skew.Store(int64(time.Until(t)))
+	skew := time.Until(t)
+	if code != "RequestTimeTooSkewed" && (skew-time.Duration(g.skew.Load())).Abs() <= maxSkew {
+		return false // refused for another reason
+	}
+	g.skew.Store(int64(skew))
 	return true
 }
+
+// maxSkew is how far a request's signing time may be from the server's
+// clock before S3 refuses it (RequestTimeTooSkewed at 15 minutes); a
+// bare 403 to a HEAD from a server further off than this is taken for one.
+const maxSkew = 5 * time.Minute
 
 // retryable reports whether a failed GET (before its body) is worth
 // another attempt: throttling, 5xx, transport errors, S3's RequestTimeout.
 func retryable(err error) bool {
+	if errors.Is(err, errRawFallback) {
+		return false // the SDK asks instead
+	}
 	if code, _ := apiCode(err); code == "RequestTimeout" || code == "RequestTimeoutException" {
 		return true
 	}
@@ -182,17 +211,38 @@ func retryable(err error) bool {
 }
 
 func (g *rawGetter) getOnce(ctx context.Context, key, rng, ifMatch string) (*rawResponse, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/"+httpbinding.EscapePath(key, false), nil)
+	req, err := g.newRequest(ctx, http.MethodGet, key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return nil, err
 	}
 	req.Header.Set("Range", rng)
 	if ifMatch != "" {
 		req.Header.Set("If-Match", ifMatch)
 	}
+	resp, err := g.send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent {
+		return &rawResponse{body: resp.Body, etag: resp.Header.Get("ETag"), contentRange: resp.Header.Get("Content-Range")}, nil
+	}
+	return nil, responseError(resp)
+}
+
+// newRequest builds an unsigned request without a body for key.
+func (g *rawGetter) newRequest(ctx context.Context, method, key string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, g.base+"/"+httpbinding.EscapePath(key, false), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
 	req.Header.Set("Accept-Encoding", "identity")
 	req.Header.Set("User-Agent", "os2g")
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	return req, nil
+}
+
+// send signs req (SigV4, with the learned clock skew) and sends it.
+func (g *rawGetter) send(ctx context.Context, req *http.Request) (*http.Response, error) {
 	creds, err := g.creds.Retrieve(ctx)
 	if err != nil {
 		return nil, err
@@ -201,14 +251,7 @@ func (g *rawGetter) getOnce(ctx context.Context, key, rng, ifMatch string) (*raw
 	if err := g.signer.SignHTTP(ctx, creds, req, emptySHA256, "s3", g.region, now); err != nil {
 		return nil, err
 	}
-	resp, err := g.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent {
-		return &rawResponse{body: resp.Body, etag: resp.Header.Get("ETag"), contentRange: resp.Header.Get("Content-Range")}, nil
-	}
-	return nil, responseError(resp)
+	return g.hc.Do(req)
 }
 
 // responseError reads an S3 error reply (at most 64 KiB of it) into the

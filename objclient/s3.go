@@ -33,6 +33,9 @@ type S3 struct {
 	// raw makes GetRange's requests without the SDK's middleware (see
 	// rawget.go); nil: through the SDK.
 	raw *rawGetter
+	// rawHead makes Stat's HEADs without the SDK (see rawhead.go); nil:
+	// through the SDK.
+	rawHead *rawGetter
 	// brk fails calls at once while the store is not answering.
 	brk breaker
 	// retries counts requests sent again after a throttling reply or a
@@ -134,8 +137,14 @@ func New(ctx context.Context, o Options) (*S3, error) {
 			so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		}
 	})
-	if !o.sdkGet {
-		s.raw = newRawGetter(ctx, s.client, cfg, o, &s.retries)
+	if !o.sdkGet || !o.sdkHead {
+		raw := newRawGetter(ctx, s.client, cfg, o, &s.retries)
+		if raw != nil && !o.sdkGet {
+			s.raw = raw
+		}
+		if raw != nil && !o.sdkHead {
+			s.rawHead = raw
+		}
 	}
 	return s, nil
 }
@@ -261,17 +270,35 @@ func (s *S3) CheckBucket(ctx context.Context) error {
 	return nil
 }
 
-// Stat implements Store with HeadObject.
+// Stat implements Store with HeadObject: a raw signed HEAD (rawhead.go)
+// where the bucket allows raw requests, else, or when the raw reply is
+// unusual, the SDK's HeadObject. Both share the op timeout, the breaker,
+// the credential-expiry retry, the request metrics and the error mapping.
 func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
-	var out *s3.HeadObjectOutput
+	var oi ObjectInfo
 	err := s.callHead(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(key)})
+		if s.rawHead != nil {
+			var err error
+			oi, err = s.rawHead.head(ctx, key)
+			if !errors.Is(err, errRawFallback) {
+				return err
+			}
+			s.log.Debug("raw HEAD reply unusual; asking through the SDK", "key", key, "err", err)
+		}
+		out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(key)})
+		if err == nil {
+			oi = headOutputInfo(key, out)
+		}
 		return err
 	})
 	if err != nil {
 		return ObjectInfo{}, normalise(ctx, "stat", key, err)
 	}
+	return oi, nil
+}
+
+// headOutputInfo converts the SDK's HeadObject reply.
+func headOutputInfo(key string, out *s3.HeadObjectOutput) ObjectInfo {
 	oi := ObjectInfo{
 		Key:          key,
 		Size:         aws.ToInt64(out.ContentLength),
@@ -285,7 +312,7 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 			oi.Metadata[strings.ToLower(k)] = v
 		}
 	}
-	return oi, nil
+	return oi
 }
 
 // List implements Store with ListObjectsV2.
