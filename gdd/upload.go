@@ -57,12 +57,16 @@ type seqUpload struct {
 	err  error          // GUARDED_BY(mu): the first write error; later parts fail with it
 }
 
+var _ Upload = (*seqUpload)(nil)
+
 func (u *seqUpload) PartSize(int64) int64 { return u.partSize }
 
 func (u *seqUpload) WritePart(ctx context.Context, num int, p []byte) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {
+	case num < 1:
+		return fmt.Errorf("%w: part number %d", ErrInvalid, num)
 	case u.err != nil:
 		return u.err
 	case num < u.next || u.held[num] != nil:

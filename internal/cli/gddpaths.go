@@ -63,6 +63,8 @@ type invalidatingUpload struct {
 	key string
 }
 
+var _ gdd.Upload = (*invalidatingUpload)(nil)
+
 func (w *invalidatingUpload) Complete(ctx context.Context, n int, size int64) (objclient.ObjectInfo, error) {
 	info, err := w.Upload.Complete(ctx, n, size)
 	if err == nil && w.pm != nil {
