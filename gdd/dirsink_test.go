@@ -6,7 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+
+	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/objclient/objtest"
 )
 
 func TestDirCreator(t *testing.T) {
@@ -100,5 +104,66 @@ func TestDirCreator(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape.bin")); err == nil {
 		t.Error("a save left the root directory")
+	}
+}
+
+// TestSequentialUpload: parts out of order reach the writer in order; a
+// part given twice, a bad number, or a Complete with a part missing is an
+// error; a write error fails later parts too.
+func TestSequentialUpload(t *testing.T) {
+	ctx := context.Background()
+	mem := objtest.NewMem()
+	w, err := mem.Put(ctx, "k", objclient.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := SequentialUpload(w, 4)
+	for _, p := range []struct {
+		num  int
+		data string
+	}{{3, "ij"}, {2, "efgh"}} {
+		if err := u.WritePart(ctx, p.num, []byte(p.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Written() != 0 {
+		t.Errorf("%d bytes written before part 1", w.Written())
+	}
+	if err := u.WritePart(ctx, 2, []byte("efgh")); err == nil {
+		t.Error("part 2 given twice: no error")
+	}
+	if err := u.WritePart(ctx, 0, []byte("x")); err == nil {
+		t.Error("part 0: no error")
+	}
+	if _, err := u.Complete(ctx, 3, 10); err == nil {
+		t.Error("Complete with part 1 missing succeeded")
+	}
+	if err := u.WritePart(ctx, 1, []byte("abcd")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Complete(ctx, 3, 10); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 10)
+	if n, err := mem.GetRange(ctx, "k", 0, got, ""); err != nil || string(got[:n]) != "abcdefghij" {
+		t.Errorf("object %q, %v", got[:n], err)
+	}
+
+	fw, err := mem.Put(ctx, "f", objclient.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u = SequentialUpload(&failingWriter{Writer: fw, limit: 0, aborted: new(atomic.Bool)}, 4)
+	if err := u.WritePart(ctx, 1, []byte("abcd")); err == nil {
+		t.Fatal("write error not returned")
+	}
+	if err := u.WritePart(ctx, 2, []byte("efgh")); err == nil {
+		t.Error("a part after a write error succeeded")
+	}
+	if err := u.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.Stat(ctx, "f"); !errors.Is(err, objclient.ErrNotFound) {
+		t.Errorf("object after abort: %v", err)
 	}
 }
