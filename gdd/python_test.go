@@ -69,16 +69,19 @@ func TestPythonClient(t *testing.T) {
 }
 
 // TestPythonSafetensors runs python/tests/test_safetensors.py (installed
-// package) against a sim daemon that saves into its in-memory store; saves
-// under "fail/" fail midway.
+// package) against a sim daemon that saves into its in-memory store (in 64 KiB
+// parts); saves under "fail/" fail midway.
 func TestPythonSafetensors(t *testing.T) {
 	e := startSimWith(t, 4, func(o *ServeOptions, e *simEnv) {
-		o.Create = func(ctx context.Context, path string) (objclient.Writer, error) {
+		o.Create = func(ctx context.Context, path string) (Upload, error) {
 			w, err := e.mem.Put(ctx, path, objclient.PutOptions{})
-			if err != nil || !strings.HasPrefix(path, "fail/") {
-				return w, err
+			if err != nil {
+				return nil, err
 			}
-			return &failingWriter{Writer: w, limit: 1000, aborted: new(atomic.Bool)}, nil
+			if strings.HasPrefix(path, "fail/") {
+				w = &failingWriter{Writer: w, limit: 1000, aborted: new(atomic.Bool)}
+			}
+			return SequentialUpload(w, 64<<10), nil
 		}
 	})
 	file, _ := checkpoint(t)

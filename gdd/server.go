@@ -29,8 +29,9 @@ type ServeOptions struct {
 	// file. Required.
 	Resolve func(ctx context.Context, path string) (Source, error)
 	// Create starts an upload of the object a save request's path names
-	// (resolved like Resolve's paths). Nil: the daemon refuses saves.
-	Create func(ctx context.Context, path string) (objclient.Writer, error)
+	// (resolved like Resolve's paths); see Upload for the order of its
+	// parts. Nil: the daemon refuses saves.
+	Create func(ctx context.Context, path string) (Upload, error)
 	// MaxInFlight bounds the requests served at once per connection
 	// (default 16); a client may send more, they wait.
 	MaxInFlight int

@@ -171,12 +171,23 @@ func destView(buf DeviceBuffer, d Dest) (DeviceBuffer, error) {
 	return Slice(buf, d.Offset, d.Size)
 }
 
-// save writes req.Tensors as a safetensors object through s.o.Create. The
-// device memory is read twice: a first pass computes each tensor's CRC32C
-// (the header, which records them, precedes the data), the second streams
-// header and data into the upload, checking the CRCs again so that a
-// tensor changed in between fails the save. Any error aborts the upload:
-// no object, and no partial one, is left.
+// saveUploads bounds the parts of one save in flight to the Upload at once;
+// each holds a part-sized host buffer while it is sent.
+const saveUploads = 4
+
+// save writes req.Tensors as a safetensors object through s.o.Create,
+// reading the device memory once: each byte crosses into host memory one
+// time, through the Placer's pinned blocks (Drain). The header records
+// every tensor's CRC32C yet precedes the data; since the CRCs are rendered
+// as 8 hex digits, its length is known before they are, and the object's
+// parts 2..N are uploaded while the data streams through, the parts that
+// hold header bytes (part 1, or more with a header longer than a part)
+// kept in host memory and sent last, once the CRCs are in. S3 takes a
+// multipart upload's parts in any order ("Uploading and copying objects
+// using multipart upload", Amazon S3 User Guide); an object of one part is
+// one request (Upload.Put) after the pass. Host memory: the held parts
+// plus saveUploads+1 part buffers. Any error aborts the upload: no object,
+// and no partial one, is left.
 func (s *server) save(ctx context.Context, cs *connState, req *Request) (Result, error) {
 	if s.o.Create == nil {
 		return Result{}, fmt.Errorf("%w: this daemon does not save (no upload target configured)", ErrInvalid)
@@ -191,7 +202,7 @@ func (s *server) save(ctx context.Context, cs *connState, req *Request) (Result,
 		specs[i] = safetensors.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape}
 		byName[t.Name] = t
 	}
-	layout, _, err := safetensors.Layout(specs)
+	layout, dataSize, err := safetensors.Layout(specs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -232,57 +243,206 @@ func (s *server) save(ctx context.Context, cs *connState, req *Request) (Result,
 		}
 	}
 
-	// Pass 1: checksums.
+	// The header with placeholder CRCs has the length of the final one.
 	crcs := make([]uint32, len(layout))
-	for i := range layout {
-		c, err := s.o.Placer.Drain(ctx, views[i], nil)
+	prefix, err := saveHeader(layout, req.Metadata, crcs)
+	if err != nil {
+		return Result{}, err
+	}
+	total := int64(len(prefix)) + dataSize
+
+	u, err := s.o.Create(ctx, req.Path)
+	if err != nil {
+		return Result{}, err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			_ = u.Abort(context.WithoutCancel(ctx))
+		}
+	}()
+	psize := u.PartSize(total)
+	if psize <= 0 {
+		return Result{}, fmt.Errorf("%w: upload of %s: part size %d", ErrInvalid, req.Path, psize)
+	}
+	nparts := int((total + psize - 1) / psize)
+	heldParts := max(1, int((int64(len(prefix))+psize-1)/psize))
+	held := make([]byte, min(int64(heldParts)*psize, total))
+
+	ps := newPartStream(ctx, u, psize, held, int64(len(prefix)), total)
+	for i, t := range layout {
+		c, err := s.o.Placer.Drain(ps.ctx, views[i], ps.write)
 		if err != nil {
-			return Result{}, fmt.Errorf("tensor %q: %w", layout[i].Name, err)
+			if uerr := ps.wait(); uerr != nil {
+				err = uerr
+			}
+			return Result{}, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		crcs[i] = c
 	}
-	meta := make(map[string]string, len(req.Metadata)+len(layout))
-	for k, v := range req.Metadata {
+	if err := ps.wait(); err != nil {
+		return Result{}, err
+	}
+	if ps.pos != total {
+		return Result{}, fmt.Errorf("gdd: save of %s: %d of the object's %d bytes streamed", req.Path, ps.pos, total)
+	}
+	final, err := saveHeader(layout, req.Metadata, crcs)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(final) != len(prefix) {
+		return Result{}, fmt.Errorf("gdd: save of %s: header of %d bytes, %d with placeholders", req.Path, len(final), len(prefix))
+	}
+	copy(held, final)
+	if nparts == 1 {
+		finished = true // a failed Put cleans up itself
+		if _, err := u.Put(ctx, held); err != nil {
+			return Result{}, fmt.Errorf("upload of %s: %w", req.Path, err)
+		}
+		return Result{Bytes: total}, nil
+	}
+	for k := heldParts; k >= 1; k-- { // part 1 last
+		part := held[int64(k-1)*psize : min(int64(k)*psize, int64(len(held)))]
+		if err := u.WritePart(ctx, k, part); err != nil {
+			return Result{}, fmt.Errorf("upload of %s: part %d: %w", req.Path, k, err)
+		}
+	}
+	finished = true // a failed Complete cleans up itself
+	if _, err := u.Complete(ctx, nparts, total); err != nil {
+		return Result{}, fmt.Errorf("commit of %s: %w", req.Path, err)
+	}
+	return Result{Bytes: total}, nil
+}
+
+// saveHeader returns the file prefix of a save: layout, the caller's
+// metadata and each tensor's CRC32C (crcs[i] for layout[i]) as 8 hex
+// digits, a fixed width, so that the length does not depend on the values.
+func saveHeader(layout []safetensors.Tensor, metadata map[string]string, crcs []uint32) ([]byte, error) {
+	meta := make(map[string]string, len(metadata)+len(layout))
+	for k, v := range metadata {
 		meta[k] = v
 	}
 	for i, t := range layout {
 		meta[safetensors.CRCKey(t.Name)] = fmt.Sprintf("%08x", crcs[i])
 	}
-	prefix, err := safetensors.Encode(layout, meta)
-	if err != nil {
-		return Result{}, err
-	}
+	return safetensors.Encode(layout, meta)
+}
 
-	// Pass 2: the upload.
-	w, err := s.o.Create(ctx, req.Path)
-	if err != nil {
-		return Result{}, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = w.Abort(context.WithoutCancel(ctx))
-		}
-	}()
-	if _, err := w.Write(prefix); err != nil {
-		return Result{}, fmt.Errorf("upload of %s: %w", req.Path, err)
-	}
-	for i, t := range layout {
-		c, err := s.o.Placer.Drain(ctx, views[i], func(b []byte) error {
-			_, err := w.Write(b)
+// partStream cuts the bytes of a save's data, in object order from offset
+// start, into parts of psize bytes: bytes before len(held) are copied into
+// held (sent by the caller at the end), the others into part buffers sent
+// to the Upload as each fills, at most saveUploads at once.
+type partStream struct {
+	ctx    context.Context // cancelled on the first failed part
+	cancel context.CancelFunc
+	u      Upload
+	psize  int64 // bytes
+	held   []byte
+	total  int64 // object size, bytes
+
+	// Used by the writing goroutine only.
+	pos       int64  // object offset of the next byte
+	cur       []byte // the part being filled, nil between parts
+	curNum    int    // its number
+	allocated int    // part buffers made so far
+	free      chan []byte
+	wg        sync.WaitGroup // parts in flight
+
+	mu  sync.Mutex
+	err error // GUARDED_BY(mu): the first failed part's error
+}
+
+func newPartStream(ctx context.Context, u Upload, psize int64, held []byte, start, total int64) *partStream {
+	p := &partStream{u: u, psize: psize, held: held, total: total, pos: start, free: make(chan []byte, saveUploads+1)}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	return p
+}
+
+func (p *partStream) failed() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// write takes the next bytes of the data (a Drain callback).
+func (p *partStream) write(b []byte) error {
+	for len(b) > 0 {
+		if err := p.failed(); err != nil {
 			return err
-		})
-		if err != nil {
-			return Result{}, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		if c != crcs[i] {
-			return Result{}, fmt.Errorf("%w: tensor %q changed while it was saved (CRC32C %08x, then %08x)", ErrChecksum, t.Name, crcs[i], c)
+		if p.pos < int64(len(p.held)) {
+			n := copy(p.held[p.pos:], b)
+			p.pos += int64(n)
+			b = b[n:]
+			continue
+		}
+		if p.pos >= p.total {
+			return fmt.Errorf("gdd: save: data past the object's %d bytes", p.total)
+		}
+		if p.cur == nil {
+			buf, err := p.buffer()
+			if err != nil {
+				return err
+			}
+			p.cur, p.curNum = buf[:0], int(p.pos/p.psize)+1
+		}
+		end := min(int64(p.curNum)*p.psize, p.total)
+		n := min(end-p.pos, int64(len(b)))
+		p.cur = append(p.cur, b[:n]...)
+		p.pos += n
+		b = b[n:]
+		if p.pos == end {
+			p.send()
 		}
 	}
-	info, err := w.Commit(ctx)
-	committed = true // a failed Commit has aborted the upload itself
-	if err != nil {
-		return Result{}, fmt.Errorf("commit of %s: %w", req.Path, err)
+	return nil
+}
+
+// buffer returns a free part buffer, making one while fewer than
+// saveUploads+1 exist, else waiting for a part in flight to finish.
+func (p *partStream) buffer() ([]byte, error) {
+	select {
+	case buf := <-p.free:
+		return buf, nil
+	default:
 	}
-	return Result{Bytes: info.Size}, nil
+	if p.allocated < saveUploads+1 {
+		p.allocated++
+		return make([]byte, p.psize), nil
+	}
+	select {
+	case buf := <-p.free:
+		return buf, nil
+	case <-p.ctx.Done():
+		if err := p.failed(); err != nil {
+			return nil, err
+		}
+		return nil, p.ctx.Err()
+	}
+}
+
+// send uploads the filled part in the background.
+func (p *partStream) send() {
+	num, buf := p.curNum, p.cur
+	p.cur = nil
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := p.u.WritePart(p.ctx, num, buf); err != nil {
+			p.mu.Lock()
+			if p.err == nil {
+				p.err = fmt.Errorf("upload part %d: %w", num, err)
+			}
+			p.mu.Unlock()
+			p.cancel()
+		}
+		p.free <- buf[:cap(buf)]
+	}()
+}
+
+// wait waits for the parts in flight and returns the first part's error.
+func (p *partStream) wait() error {
+	p.wg.Wait()
+	p.cancel()
+	return p.failed()
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,20 +193,68 @@ func (w *failingWriter) Abort(ctx context.Context) error {
 	return w.Writer.Abort(ctx)
 }
 
+// partSpy wraps an Upload: it fails WritePart of part number failPart
+// (0: none), and records the part numbers in the order written and whether
+// Abort was called.
+type partSpy struct {
+	Upload
+	failPart int
+	aborted  *atomic.Bool
+	order    *partOrder
+}
+
+// partOrder is the order of the parts a partSpy saw.
+type partOrder struct {
+	mu  sync.Mutex
+	num []int // GUARDED_BY(mu)
+}
+
+func (o *partOrder) get() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]int(nil), o.num...)
+}
+
+func (u *partSpy) WritePart(ctx context.Context, num int, p []byte) error {
+	u.order.mu.Lock()
+	u.order.num = append(u.order.num, num)
+	u.order.mu.Unlock()
+	if num == u.failPart {
+		return errors.New("injected part failure")
+	}
+	return u.Upload.WritePart(ctx, num, p)
+}
+
+func (u *partSpy) Abort(ctx context.Context) error {
+	u.aborted.Store(true)
+	return u.Upload.Abort(ctx)
+}
+
+// TestSafetensorsSaveRoundTrip saves three tensors (one empty) at part
+// sizes that make one part (a single Put), several parts, and a header
+// spanning several parts; checks the bytes, the recorded CRCs, one
+// device-to-host crossing per byte, part 1 sent last; then failures.
 func TestSafetensorsSaveRoundTrip(t *testing.T) {
-	var failAfter atomic.Int64
+	var failAfter, failPart, partSize atomic.Int64
 	failAfter.Store(-1)
 	var aborted atomic.Bool
+	var parts partOrder
 	e := startSimWith(t, 4, func(o *ServeOptions, e *simEnv) {
-		o.Create = func(ctx context.Context, path string) (objclient.Writer, error) {
+		o.Create = func(ctx context.Context, path string) (Upload, error) {
 			w, err := e.mem.Put(ctx, path, objclient.PutOptions{})
-			if err != nil || failAfter.Load() < 0 {
-				return w, err
+			if err != nil {
+				return nil, err
 			}
-			return &failingWriter{Writer: w, limit: failAfter.Load(), aborted: &aborted}, nil
+			if failAfter.Load() >= 0 {
+				w = &failingWriter{Writer: w, limit: failAfter.Load(), aborted: &aborted}
+			}
+			parts.mu.Lock()
+			parts.num = nil
+			parts.mu.Unlock()
+			return &partSpy{Upload: SequentialUpload(w, partSize.Load()), failPart: int(failPart.Load()), aborted: &aborted, order: &parts}, nil
 		}
 	})
-	// The "device memory" of three tensors: one shm file, back to back.
+	// The "device memory" of the tensors: one shm file, back to back.
 	w, b := randBytes(9, 4*300*100), randBytes(10, 2*100)
 	e.shm(t, "src", len(w)+len(b))
 	if err := os.WriteFile(filepath.Join(e.shmDir, "src"), append(append([]byte{}, w...), b...), 0o600); err != nil {
@@ -213,56 +263,76 @@ func TestSafetensorsSaveRoundTrip(t *testing.T) {
 	req := Request{Op: OpSave, Path: "out/ckpt.safetensors", Metadata: map[string]string{"step": "100"}, Tensors: []SaveTensor{
 		{Name: "b", DType: "F16", Shape: []int64{100}, Src: Dest{Kind: "sim", Handle: []byte("src"), Offset: int64(len(w)), Size: int64(len(b))}},
 		{Name: "w", DType: "F32", Shape: []int64{300, 100}, Src: Dest{Kind: "sim", Handle: []byte("src"), Size: int64(len(w))}},
+		{Name: "none", DType: "U8", Shape: []int64{0}, Src: Dest{Kind: "sim", Handle: []byte("src"), Size: 0}},
 	}}
 	c, err := Dial(ctx30(t), e.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	before := e.sim.Stats()
-	r, err := c.Do(ctx30(t), req)
-	if err != nil || r.Error != nil {
-		t.Fatalf("save: %v %+v", err, r.Error)
-	}
-	// The object parses, holds the bytes and their CRCs.
-	info, err := e.mem.Stat(context.Background(), "out/ckpt.safetensors")
-	if err != nil || r.Bytes != info.Size {
-		t.Fatalf("saved object: %+v %v; reply %d bytes", info, err, r.Bytes)
-	}
-	obj := make([]byte, info.Size)
-	if _, err := e.mem.GetRange(context.Background(), "out/ckpt.safetensors", 0, obj, ""); err != nil {
-		t.Fatal(err)
-	}
-	n, err := safetensors.HeaderLen(obj, int64(len(obj)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := safetensors.Parse(obj[8:8+n], int64(len(obj)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string][]byte{"w": w, "b": b}
-	for _, x := range h.Tensors {
-		if !bytes.Equal(obj[h.DataStart+x.Begin:h.DataStart+x.End], want[x.Name]) {
-			t.Errorf("tensor %s: wrong bytes saved", x.Name)
+	for _, tc := range []struct {
+		partSize int64
+		parts    int // 1: one Put, no part written
+	}{{1 << 20, 1}, {16 << 10, 8}, {64, 0}} {
+		partSize.Store(tc.partSize)
+		before := e.sim.Stats()
+		r, err := c.Do(ctx30(t), req)
+		if err != nil || r.Error != nil {
+			t.Fatalf("save, %d-byte parts: %v %+v", tc.partSize, err, r.Error)
 		}
-		if c, ok, _ := h.CRC(x.Name); !ok || c != castagnoli(want[x.Name]) {
-			t.Errorf("tensor %s: recorded CRC %08x (%v)", x.Name, c, ok)
+		info, err := e.mem.Stat(context.Background(), "out/ckpt.safetensors")
+		if err != nil || r.Bytes != info.Size {
+			t.Fatalf("saved object: %+v %v; reply %d bytes", info, err, r.Bytes)
 		}
-	}
-	if h.Metadata["step"] != "100" {
-		t.Errorf("metadata %v", h.Metadata)
-	}
-	// Device-to-host: a checksum pass and an upload pass, each byte
-	// crossing once per pass through pinned blocks, no bounce.
-	s := e.sim.Stats()
-	if d := s.DtoHBytes - before.DtoHBytes; d != 2*int64(len(w)+len(b)) {
-		t.Errorf("%d bytes device-to-host, want %d (two passes)", d, 2*(len(w)+len(b)))
-	}
-	if s.DtoHBounceCopies != before.DtoHBounceCopies {
-		t.Errorf("%d device-to-host bounce copies", s.DtoHBounceCopies-before.DtoHBounceCopies)
+		nparts := int((info.Size + tc.partSize - 1) / tc.partSize)
+		order := parts.get()
+		switch {
+		case tc.parts == 1 && len(order) != 0:
+			t.Errorf("%d-byte parts: parts %v written for a one-part object", tc.partSize, order)
+		case tc.parts > 1 && nparts != tc.parts:
+			t.Errorf("%d-byte parts: %d parts, want %d", tc.partSize, nparts, tc.parts)
+		case nparts > 1 && (len(order) != nparts || order[len(order)-1] != 1):
+			t.Errorf("%d-byte parts: parts written in order %v; want all %d, part 1 last", tc.partSize, order, nparts)
+		}
+		obj := make([]byte, info.Size)
+		if _, err := e.mem.GetRange(context.Background(), "out/ckpt.safetensors", 0, obj, ""); err != nil {
+			t.Fatal(err)
+		}
+		n, err := safetensors.HeaderLen(obj, int64(len(obj)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.parts == 0 && 8+n <= 2*tc.partSize {
+			t.Fatalf("%d-byte header does not span 3 parts of %d bytes", 8+n, tc.partSize)
+		}
+		h, err := safetensors.Parse(obj[8:8+n], int64(len(obj)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]byte{"w": w, "b": b, "none": {}}
+		for _, x := range h.Tensors {
+			if !bytes.Equal(obj[h.DataStart+x.Begin:h.DataStart+x.End], want[x.Name]) {
+				t.Errorf("tensor %s: wrong bytes saved", x.Name)
+			}
+			if c, ok, _ := h.CRC(x.Name); !ok || c != castagnoli(want[x.Name]) {
+				t.Errorf("tensor %s: recorded CRC %08x (%v)", x.Name, c, ok)
+			}
+		}
+		if len(h.Tensors) != 3 || h.Metadata["step"] != "100" {
+			t.Errorf("%d tensors, metadata %v", len(h.Tensors), h.Metadata)
+		}
+		// Device-to-host: one pass, each byte crossing once through pinned
+		// blocks, no bounce.
+		s := e.sim.Stats()
+		if d := s.DtoHBytes - before.DtoHBytes; d != int64(len(w)+len(b)) {
+			t.Errorf("%d-byte parts: %d bytes device-to-host, want %d (one crossing per byte)", tc.partSize, d, len(w)+len(b))
+		}
+		if s.DtoHBounceCopies != before.DtoHBounceCopies {
+			t.Errorf("%d device-to-host bounce copies", s.DtoHBounceCopies-before.DtoHBounceCopies)
+		}
 	}
 	// Loading it back through place_batch gives the same bytes.
+	want := map[string][]byte{"w": w, "b": b, "none": {}}
 	h2, r2, err := loadBatch(t, e, c, "out/ckpt.safetensors", "back")
 	if err != nil || r2.Error != nil {
 		t.Fatalf("load of the saved file: %v %+v", err, r2.Error)
@@ -273,6 +343,24 @@ func TestSafetensorsSaveRoundTrip(t *testing.T) {
 			t.Errorf("tensor %s: round trip differs", x.Name)
 		}
 	}
+
+	// A part in flight fails: an error to the caller, the upload aborted,
+	// no object.
+	partSize.Store(16 << 10)
+	failPart.Store(3)
+	req.Path = "out/failed-part.safetensors"
+	r, err := c.Do(ctx30(t), req)
+	if err != nil || r.Error == nil || !strings.Contains(r.Error.Message, "injected part failure") {
+		t.Fatalf("save with a failing part: %v %+v; want an error reply naming it", err, r.Error)
+	}
+	if !aborted.Load() {
+		t.Error("the upload with a failed part was not aborted")
+	}
+	if _, err := e.mem.Stat(context.Background(), req.Path); !errors.Is(err, objclient.ErrNotFound) {
+		t.Errorf("object after a failed part: %v; want ErrNotFound", err)
+	}
+	failPart.Store(0)
+	aborted.Store(false)
 
 	// A failure midway: an error to the caller, the upload aborted, no object.
 	failAfter.Store(50000)

@@ -64,7 +64,7 @@ func run() error {
 		return errors.New("give exactly one of -dir and -bucket")
 	}
 	var resolve func(ctx context.Context, path string) (gdd.Source, error)
-	var create func(ctx context.Context, path string) (objclient.Writer, error)
+	var create func(ctx context.Context, path string) (gdd.Upload, error)
 	if *dir != "" {
 		resolve = dirResolver(*dir)
 		root, err := os.OpenRoot(*dir)
@@ -82,8 +82,8 @@ func run() error {
 			return err
 		}
 		resolve = keyResolver(store, *prefix)
-		create = func(ctx context.Context, path string) (objclient.Writer, error) {
-			return store.Put(ctx, *prefix+strings.TrimPrefix(path, "/"), objclient.PutOptions{})
+		create = func(ctx context.Context, path string) (gdd.Upload, error) {
+			return gdd.StoreUpload(ctx, store, *prefix+strings.TrimPrefix(path, "/"))
 		}
 	}
 

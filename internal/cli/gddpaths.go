@@ -35,11 +35,11 @@ func gddResolver(store objclient.Store, pm *prefetch.Manager, mp, prefix string)
 }
 
 // gddCreator starts the upload of a save request's path (mapped to a key
-// as gddResolver maps it). After a commit, cached bytes of the key's older
+// as gddResolver maps it) with gdd.StoreUpload. After a commit, cached bytes of the key's older
 // versions are dropped from pm. The mount's directory listing shows the
 // new object once its metadata TTL has passed.
-func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool) func(ctx context.Context, path string) (objclient.Writer, error) {
-	return func(ctx context.Context, p string) (objclient.Writer, error) {
+func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool) func(ctx context.Context, path string) (gdd.Upload, error) {
+	return func(ctx context.Context, p string) (gdd.Upload, error) {
 		if readOnly {
 			return nil, fmt.Errorf("%w: cannot save %s: the mount %s is read-only", gdd.ErrInvalid, p, mp)
 		}
@@ -47,23 +47,34 @@ func gddCreator(store objclient.Store, pm *prefetch.Manager, mp, prefix string, 
 		if err != nil {
 			return nil, err
 		}
-		w, err := store.Put(ctx, key, objclient.PutOptions{})
+		u, err := gdd.StoreUpload(ctx, store, key)
 		if err != nil {
 			return nil, err
 		}
-		return &invalidatingWriter{Writer: w, pm: pm, key: key}, nil
+		return &invalidatingUpload{Upload: u, pm: pm, key: key}, nil
 	}
 }
 
-// invalidatingWriter drops pm's cached bytes of key once the upload commits.
-type invalidatingWriter struct {
-	objclient.Writer
+// invalidatingUpload drops pm's cached bytes of key once the upload
+// commits.
+type invalidatingUpload struct {
+	gdd.Upload
 	pm  *prefetch.Manager
 	key string
 }
 
-func (w *invalidatingWriter) Commit(ctx context.Context) (objclient.ObjectInfo, error) {
-	info, err := w.Writer.Commit(ctx)
+var _ gdd.Upload = (*invalidatingUpload)(nil)
+
+func (w *invalidatingUpload) Complete(ctx context.Context, n int, size int64) (objclient.ObjectInfo, error) {
+	info, err := w.Upload.Complete(ctx, n, size)
+	if err == nil && w.pm != nil {
+		w.pm.Invalidate(w.key)
+	}
+	return info, err
+}
+
+func (w *invalidatingUpload) Put(ctx context.Context, p []byte) (objclient.ObjectInfo, error) {
+	info, err := w.Upload.Put(ctx, p)
 	if err == nil && w.pm != nil {
 		w.pm.Invalidate(w.key)
 	}
