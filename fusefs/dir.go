@@ -255,10 +255,6 @@ const coldListMisses = 8
 // none is tried again for this long (lookups keep using probes).
 const coldListBackoff = time.Minute
 
-// listWait bounds how long a lookup waits for a background listing to
-// reach its name before it probes instead (a variable for tests).
-var listWait = 500 * time.Millisecond
-
 // listWaitMisses is how many waits for one background listing may give
 // up before lookups stop waiting for it, unless more of its waits were
 // answered than gave up: a listing that walks a large directory in an
@@ -268,7 +264,7 @@ const listWaitMisses = 8
 // awaitListingLocked waits for the background listing under way (d.mu
 // held on entry and on return, released while waiting) to decide name.
 // decided is false when the listing ends, fails or does not reach name
-// within listWait, when ents changed under it, or when this listing has
+// within Options.listWait, when ents changed under it, or when this listing has
 // stopped being worth waiting for; the caller then probes. Waiting
 // instead of probing matters when names are opened in listing order
 // without a readdir (a file of paths, a benchmark): each probe is a LIST
@@ -304,7 +300,7 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 			return dirent{}, false, true
 		}
 		if timer == nil {
-			timer = time.NewTimer(listWait)
+			timer = time.NewTimer(d.fsys.o.listWait)
 			defer timer.Stop()
 		}
 		if !d.waitListAdvanceLocked(ctx, timer) {
@@ -387,12 +383,7 @@ func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.waitHits, d.waitMisses = 0, 0
 }
 
-// refreshWait bounds how long a readdir waits for a background listing
-// of its directory to end before it lists the directory itself (a
-// variable for tests).
-var refreshWait = time.Second
-
-// awaitRefresh waits, at most refreshWait, until the background listing
+// awaitRefresh waits, at most Options.refreshWait, until the background listing
 // of d under way (if any) has ended, so that a readdir started meanwhile
 // reads the listing it leaves instead of listing the directory a second
 // time; a listing that takes longer (a large directory) is not waited for
@@ -404,7 +395,7 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 		return
 	}
 	seq := d.listSeq
-	timer := time.NewTimer(refreshWait)
+	timer := time.NewTimer(d.fsys.o.refreshWait)
 	defer timer.Stop()
 	for d.refreshing && d.listSeq == seq && d.listAdvance != nil {
 		if !d.waitListAdvanceLocked(ctx, timer) {
@@ -422,14 +413,9 @@ const (
 	walkWindow = 10 * time.Second
 )
 
-// preListConcurrency (read at mount) and preListEntries are variables
-// only for tests.
-var preListConcurrency = 8
-
-// preListEntries is the entry budget of the background listings one
-// detected walk starts (about ImageNet-1k's training set): an accidental
-// walk (ls a; ls b) lists at most this much that nobody asked for.
-var preListEntries int64 = 1 << 20
+// The entry budget of one walk's background listings, and how many run
+// at a time on the mount, are Options.preListEntries and
+// Options.preListConcurrency.
 
 // noteWalk records that a readdir of d has started listing it and, on an
 // immutable mount, when this is the second subdirectory of d's parent to
@@ -476,7 +462,7 @@ func (d *dirNode) noteWalk() {
 	}
 }
 
-// preListChildren lists in the background, preListConcurrency at a time
+// preListChildren lists in the background, Options.preListConcurrency at a time
 // and in name order, up to preListMax of d's subdirectories names that
 // the kernel has looked up (READDIRPLUS does for every entry of an
 // immutable mount's readdir). A tree walk such as torchvision's
@@ -496,7 +482,7 @@ func (d *dirNode) preListChildren(names []string) {
 		}
 	}
 	budget := new(atomic.Int64)
-	budget.Store(preListEntries)
+	budget.Store(d.fsys.o.preListEntries)
 	f.goBackground(func() {
 		for _, c := range kids {
 			select {

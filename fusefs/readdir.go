@@ -13,10 +13,6 @@ import (
 	"github.com/os2g/os2g/prefetch"
 )
 
-// listPageSize is the LIST page size used by readdir (the S3 maximum);
-// a variable only so that tests can list in several pages.
-var listPageSize int32 = 1000
-
 // firstTrackedPage is the size of the first page of a background listing
 // that lookups wait for (see dirNode.awaitListingLocked).
 const firstTrackedPage = 100
@@ -251,7 +247,7 @@ func (h *dirHandle) fillFromCache() bool {
 	d := h.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for len(h.names) > 0 && len(h.queue) < int(listPageSize) {
+	for len(h.names) > 0 && len(h.queue) < int(d.fsys.o.listPageSize) {
 		name := h.names[0]
 		h.names = h.names[1:]
 		if e, ok := d.ents[name]; ok {
@@ -265,7 +261,7 @@ func (h *dirHandle) fillFromCache() bool {
 func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	d := h.d
 	f := d.fsys
-	size := listPageSize
+	size := f.o.listPageSize
 	if h.shortFirst && h.token == "" {
 		// Lookups wait for this listing: a short first page answers the
 		// first of them sooner.
