@@ -45,7 +45,9 @@
 // bytes, in order, into one Store.Put upload; the owner's close (FLUSH)
 // or fsync commits it and returns its real result. Until then the old
 // object, if any, stays readable. Write handles use direct I/O so the
-// page cache never holds bytes of two versions. See write.go and
+// page cache never holds bytes of two versions. The window of bytes a
+// writer may still change (seek-back, truncate, zero-fill) is
+// upload.Window; write.go is its kernel-facing handle. See
 // docs/semantics.md for seek-back, append, truncate, rename and delete.
 //
 // # Errors
