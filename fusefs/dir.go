@@ -12,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -136,7 +137,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 	out.Bsize, out.Frsize = 4096, 4096
 	out.Blocks, out.Bfree, out.Bavail = blocks, blocks, blocks
 	out.Files, out.Ffree = 1<<40, 1<<40
-	out.NameLen = maxNameLen
+	out.NameLen = namespace.MaxNameLen
 	return 0
 }
 
@@ -158,7 +159,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // holds (ent). ENOENT if absent.
 func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, syscall.Errno) {
 	f := d.fsys
-	if len(name) > maxNameLen {
+	if len(name) > namespace.MaxNameLen {
 		// FUSE lets names up to 1024 bytes through; NAME_MAX is ours.
 		return dirent{}, nil, syscall.ENAMETOOLONG
 	}
@@ -179,7 +180,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
-	if !validName(name) {
+	if !namespace.ValidName(name) {
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
@@ -215,7 +216,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 
 	ent, found, err := d.probe(ctx, name)
 	if err != nil {
-		return dirent{}, nil, f.errno("lookup", childKey(d.key, name), err)
+		return dirent{}, nil, f.errno("lookup", namespace.ChildKey(d.key, name), err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -275,7 +276,7 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 	if d.waitMisses >= listWaitMisses && d.waitHits <= d.waitMisses {
 		return dirent{}, false, false
 	}
-	key := childKey(d.key, name) + "/"
+	key := namespace.ChildKey(d.key, name) + "/"
 	var timer *time.Timer
 	for {
 		if d.listAdvance == nil {
@@ -569,7 +570,7 @@ const probeMaxKeys = 4
 // HEAD, to tell an application/x-directory marker from an empty file.
 func (d *dirNode) probe(ctx context.Context, name string) (dirent, bool, error) {
 	st := d.fsys.store
-	p := childKey(d.key, name)
+	p := namespace.ChildKey(d.key, name)
 	slash := p + "/"
 	page, err := st.List(ctx, objclient.ListRequest{Prefix: p, Delimiter: "/", MaxKeys: probeMaxKeys})
 	if err != nil {
@@ -630,7 +631,7 @@ func (d *dirNode) checkZero(ctx context.Context, key string, e dirent) (dirent, 
 		}
 		return dirent{}, false, err
 	}
-	if isDirContentType(info.ContentType) {
+	if namespace.IsDirContentType(info.ContentType) {
 		return dirent{dir: true, xdir: true, seen: e.seen, etag: info.ETag}, true, nil
 	}
 	e.checked = true
@@ -653,10 +654,10 @@ func (d *dirNode) childInode(ctx context.Context, name string, e dirent, out *fu
 		}
 		xk := ""
 		if e.xdir {
-			xk = childKey(d.key, name)
+			xk = namespace.ChildKey(d.key, name)
 		}
 		f.dirAttr(&out.Attr)
-		return d.NewInode(ctx, newDirNode(f, childDirKey(d.key, name), xk), fs.StableAttr{Mode: syscall.S_IFDIR})
+		return d.NewInode(ctx, newDirNode(f, namespace.ChildDirKey(d.key, name), xk), fs.StableAttr{Mode: syscall.S_IFDIR})
 	}
 	info := objInfo{size: e.size, etag: e.etag, mtime: time.Unix(0, e.mtime)}
 	if ch != nil {

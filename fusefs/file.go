@@ -9,6 +9,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/os2g/os2g/namespace"
 )
 
 // objInfo is the committed object version behind a file.
@@ -72,7 +74,7 @@ func newFileNode(f *filesys, d *dirNode, name string, info objInfo, exists bool)
 func (n *fileNode) key() (string, *dirNode, string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return childKey(n.dir.key, n.name), n.dir, n.name
+	return namespace.ChildKey(n.dir.key, n.name), n.dir, n.name
 }
 
 // path is the file's absolute path under the mount point ("" if the
@@ -281,7 +283,7 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 	// so it happens before the decision below, which re-checks the node.
 	n.mu.Lock()
 	info, exists, writing := n.info, n.exists, n.latest != nil
-	key := childKey(n.dir.key, n.name)
+	key := namespace.ChildKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	var df *os.File
 	if exists && !writing {
@@ -292,7 +294,7 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 
 	n.mu.Lock()
 	info, exists, writing = n.info, n.exists, n.latest != nil
-	key = childKey(n.dir.key, n.name)
+	key = namespace.ChildKey(n.dir.key, n.name)
 	keep := n.opened && n.lastOpenETag == info.etag
 	n.opened, n.lastOpenETag = true, info.etag
 	var drop *os.File

@@ -8,6 +8,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -77,7 +78,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	} else if errno != syscall.ENOENT {
 		return nil, errno
 	}
-	key := childDirKey(d.key, name)
+	key := namespace.ChildDirKey(d.key, name)
 	w, err := f.store.Put(f.bg, key, objclient.PutOptions{})
 	if err != nil {
 		return nil, f.errno("mkdir", key, err)
@@ -142,7 +143,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	n.mu.Lock()
 	exists := n.exists
-	key := childKey(n.dir.key, n.name)
+	key := namespace.ChildKey(n.dir.key, n.name)
 	if len(n.writers) > 0 {
 		n.unlinked = true
 	}
@@ -255,12 +256,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	n.mu.Lock()
 	exists, writing, old := n.exists, len(n.writers) > 0, n.info
-	src := childKey(n.dir.key, n.name)
+	src := namespace.ChildKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	if writing || !exists {
 		return syscall.EBUSY
 	}
-	dst := childKey(nd.key, newName)
+	dst := namespace.ChildKey(nd.key, newName)
 	if src == dst {
 		return 0
 	}

@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -10,60 +9,6 @@ import (
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/objclient/objtest"
 )
-
-func TestValidName(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"a", true}, {"a b", true}, {" lead", true}, {"%2F.txt", true}, {"..a", true}, {strings.Repeat("x", 255), true},
-		{"", false}, {".", false}, {"..", false}, {"a/b", false}, {"a\x00b", false}, {strings.Repeat("x", 256), false},
-	} {
-		if got := validName(c.name); got != c.ok {
-			t.Errorf("validName(%q) = %v, want %v", c.name, got, c.ok)
-		}
-	}
-}
-
-func TestIsDirContentType(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"application/x-directory": true, "application/x-directory; charset=UTF-8": true, "Application/X-Directory": true,
-		"binary/octet-stream": false, "": false, "application/x-directoryx": false,
-	} {
-		if got := isDirContentType(ct); got != want {
-			t.Errorf("isDirContentType(%q) = %v, want %v", ct, got, want)
-		}
-	}
-}
-
-func sign(x int) int {
-	switch {
-	case x < 0:
-		return -1
-	case x > 0:
-		return 1
-	}
-	return 0
-}
-
-func TestCmpSlash(t *testing.T) {
-	for _, c := range [][2]string{{"x", "x/"}, {"x", "x"}, {"x", "x.txt"}, {"x", "x0"}, {"x", "w"}, {"x", "y"}, {"x", "x/a"}, {"abc", "ab"}, {"", "/"}, {"", "a"}} {
-		if got, want := cmpSlash(c[0], c[1]), strings.Compare(c[0]+"/", c[1]); sign(got) != want {
-			t.Errorf("cmpSlash(%q, %q) = %d, want %d", c[0], c[1], got, want)
-		}
-	}
-}
-
-func FuzzCmpSlash(f *testing.F) {
-	f.Add("x", "x/")
-	f.Add("x", "x.txt")
-	f.Add("a b", "a/")
-	f.Fuzz(func(t *testing.T, h, k string) {
-		if got, want := sign(cmpSlash(h, k)), strings.Compare(h+"/", k); got != want {
-			t.Errorf("cmpSlash(%q, %q) = %d, want %d", h, k, got, want)
-		}
-	})
-}
 
 // The lister holds a file back until the listing passes "name/", even
 // across pages, so a directory of the same name shadows it exactly once.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/os2g/os2g/namespace"
 )
 
 // Dataset mode: on a mount that is both read-only and immutable (and has no
@@ -145,7 +147,7 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 		if !n.exists {
 			info = objInfo{}
 		}
-		s = &sharedReader{h: f.newReadHandle(n, childKey(n.dir.key, n.name), info), last: f.now()}
+		s = &sharedReader{h: f.newReadHandle(n, namespace.ChildKey(n.dir.key, n.name), info), last: f.now()}
 		n.shared = s
 		f.trackShared(n, s)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -42,33 +43,6 @@ type lister struct {
 	held []objclient.ObjectInfo
 }
 
-// cmpSlash compares h+"/" with k without allocating.
-func cmpSlash(h, k string) int {
-	n := len(h)
-	if len(k) < n {
-		if h[:len(k)] == k {
-			return 1
-		}
-		if h[:len(k)] < k {
-			return -1
-		}
-		return 1
-	}
-	if h != k[:n] {
-		if h < k[:n] {
-			return -1
-		}
-		return 1
-	}
-	if len(k) == n || k[n] < '/' {
-		return 1
-	}
-	if k[n] == '/' && len(k) == n+1 {
-		return 0
-	}
-	return -1
-}
-
 // add consumes one key (an object, or a common prefix when prefix is
 // true) and appends finished entries to out.
 func (l *lister) add(out []listed, o objclient.ObjectInfo, prefix bool, now int64) []listed {
@@ -77,7 +51,7 @@ func (l *lister) add(out []listed, o objclient.ObjectInfo, prefix bool, now int6
 	// Release held files that can no longer be shadowed.
 	kept := l.held[:0]
 	for _, h := range l.held {
-		if cmpSlash(h.Key, k) < 0 {
+		if namespace.CmpSlash(h.Key, k) < 0 {
 			out = append(out, l.fileOut(h, now))
 		} else {
 			kept = append(kept, h)
@@ -86,13 +60,13 @@ func (l *lister) add(out []listed, o objclient.ObjectInfo, prefix bool, now int6
 	l.held = kept
 	if prefix {
 		name := k[len(d.key) : len(k)-1]
-		if !validName(name) {
+		if !namespace.ValidName(name) {
 			d.fsys.warnKey("key with a component that is not a POSIX name skipped", k)
 			return out
 		}
 		e := dirent{dir: true, seen: now}
 		for i, h := range l.held {
-			if cmpSlash(h.Key, k) == 0 {
+			if namespace.CmpSlash(h.Key, k) == 0 {
 				e.xdir = h.Size == 0
 				if h.Size > 0 {
 					d.fsys.warnKey("object hidden by a directory of the same name", h.Key)
@@ -106,7 +80,7 @@ func (l *lister) add(out []listed, o objclient.ObjectInfo, prefix bool, now int6
 	if k == d.key {
 		return out // the directory's own marker "dir/"
 	}
-	if !validName(k[len(d.key):]) {
+	if !namespace.ValidName(k[len(d.key):]) {
 		d.fsys.warnKey("key with a component that is not a POSIX name skipped", k)
 		return out
 	}
@@ -237,7 +211,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if e.e.dir {
 		mode = syscall.S_IFDIR
 	}
-	key := childKey(h.d.key, e.name)
+	key := namespace.ChildKey(h.d.key, e.name)
 	return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: direntIno(key)}, 0
 }
 
@@ -308,7 +282,7 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		delete(d.neg, e.name)
 		kept = append(kept, e)
 		if h.files != nil && !e.e.dir {
-			h.files = append(h.files, prefetch.File{Key: childKey(d.key, e.name), Size: e.e.size, ETag: e.e.etag})
+			h.files = append(h.files, prefetch.File{Key: namespace.ChildKey(d.key, e.name), Size: e.e.size, ETag: e.e.etag})
 		}
 	}
 	if h.track && !h.eof {
@@ -393,7 +367,7 @@ func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, sysc
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			key := childKey(d.key, e.name)
+			key := namespace.ChildKey(d.key, e.name)
 			ne, found, err := d.checkZero(ctx, key, e.e)
 			switch {
 			case err != nil:

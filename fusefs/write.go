@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/upload"
 )
@@ -85,7 +86,7 @@ func (n *fileNode) openWrite(ctx context.Context, flags uint32, created bool) (*
 	if app && exists && size > 0 && !trunc {
 		return nil, syscall.EOPNOTSUPP
 	}
-	h := &writeHandle{n: n, fsys: n.fsys, key: childKey(n.dir.key, n.name), owner: owner, append: app, wasNew: !exists}
+	h := &writeHandle{n: n, fsys: n.fsys, key: namespace.ChildKey(n.dir.key, n.name), owner: owner, append: app, wasNew: !exists}
 	win, err := upload.New(n.fsys.o.WriteWindow, h.push)
 	if err != nil {
 		// Options.WriteWindow is validated at mount.
