@@ -50,7 +50,7 @@ type fileNode struct {
 	ptHandles          map[*ptHandle]struct{} // the ptOpen handles
 	ptZero             chan struct{}          // closed when ptOpen drops to 0
 	// shared reads this file in dataset mode, where READs carry no
-	// handle (see noopen.go); nil when no read is under way.
+	// handle (see dataset.go); nil when no read is under way.
 	shared *sharedReader
 }
 
@@ -225,7 +225,7 @@ func (n *fileNode) putZeros(ctx context.Context, size int64) syscall.Errno {
 // the current version (kernel page cache kept when the ETag has not
 // changed since the last open); write opens get an upload handle (direct
 // I/O, see write.go). In dataset mode the answer is ENOSYS: the kernel
-// then opens files without the daemon (see noopen.go).
+// then opens files without the daemon (see dataset.go).
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fsys.openCalls.Add(1)
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0 {
