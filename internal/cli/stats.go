@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 const statsUsage = `Usage: os2g stats [--raw] MOUNTPOINT
@@ -166,65 +166,6 @@ func (d *diskCacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.descs["corrupt"], prometheus.CounterValue, float64(s.Corrupt))
 }
 
-// readMountinfo parses a mountinfo table (the format of
-// /proc/self/mountinfo): "ID PARENT MAJ:MIN ROOT TARGET OPTS [TAGS...] -
-// FSTYPE SOURCE SUPEROPTS", with octal escapes in paths.
-func readMountinfo(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 6 || sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		out = append(out, mountEntry{Target: unescapeMount(f[4]), Options: f[5], FSType: f[sep+1], Source: unescapeMount(f[sep+2])})
-	}
-	return out, sc.Err()
-}
-
-// enclosingMount returns the mount of ms that holds path (absolute, clean,
-// symlinks resolved): the longest target that is path or a parent of it,
-// the last (topmost) of equal ones.
-func enclosingMount(ms []mountEntry, path string) (mountEntry, bool) {
-	var best mountEntry
-	found := false
-	for _, m := range ms {
-		t := m.Target
-		if t != path && t != "/" && !strings.HasPrefix(path, t+"/") {
-			continue
-		}
-		if !found || len(t) >= len(best.Target) {
-			best, found = m, true
-		}
-	}
-	return best, found
-}
-
-// selfMounts returns the mounts of /proc/self/mountinfo (none if it
-// cannot be read).
-func selfMounts() []mountEntry {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	ms, _ := readMountinfo(f)
-	return ms
-}
-
-// mountOf returns the mount holding path, from /proc/self/mountinfo.
-func mountOf(path string) (mountEntry, bool) {
-	return enclosingMount(selfMounts(), path)
-}
-
 // resolvePath makes p absolute and resolves symlinks; a path that does not
 // exist is an error saying so. On a stale mount (ENOTCONN) it returns the
 // absolute path unresolved.
@@ -298,7 +239,7 @@ func runStats(ctx context.Context, e Env, raw bool, target string) error {
 	if err != nil {
 		return err
 	}
-	m, ok := mountOf(p)
+	m, ok := mountinfo.Enclosing(mountinfo.Self(), p)
 	if !ok || m.FSType != osFSType {
 		if ok {
 			return fmt.Errorf("%s is not an os2g mount (it is on %s, file system %s from %s)", p, m.Target, m.FSType, m.Source)
