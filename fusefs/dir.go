@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,30 +12,11 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/os2g/os2g/namespace"
-	"github.com/os2g/os2g/objclient"
 )
 
-// dirent is what a directory knows about one child name, from a listing,
-// a lookup probe or a local mutation. Kept small: a directory of 100,000
-// files holds 100,000 of them.
-type dirent struct {
-	dir bool
-	// xdir: a zero-byte object "name" (no slash) stands for this
-	// directory (x-directory marker, or shadowed by "name/"); rmdir
-	// deletes it too.
-	xdir bool
-	// checked: a zero-byte file whose Content-Type was HEADed (for etag)
-	// and is not a directory marker.
-	checked bool
-	size    int64  // bytes (files)
-	mtime   int64  // unix ns (files)
-	seen    int64  // unix ns when this was learned
-	etag    string // files
-}
-
-func fileEnt(o objclient.ObjectInfo, now int64) dirent {
-	return dirent{size: o.Size, mtime: o.LastModified.UnixNano(), seen: now, etag: o.ETag}
-}
+// dirent is what a directory knows about one child name (see
+// namespace.Entry).
+type dirent = namespace.Entry
 
 // maxNegative bounds a directory's negative cache (names known absent).
 const maxNegative = 4096
@@ -142,7 +122,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 }
 
 // Lookup implements fs.NodeLookuper: from the cached listing when it is
-// fresh, else one small delimiter listing (see probe).
+// fresh, else one small delimiter listing (namespace.Probe).
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ent, pend, errno := d.resolve(ctx, name)
 	if errno != 0 {
@@ -168,7 +148,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, p, 0
 	}
-	if e, ok := d.ents[name]; ok && f.fresh(e.seen, f.o.MetadataTTL) {
+	if e, ok := d.ents[name]; ok && f.fresh(e.Seen, f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return e, nil, 0
 	}
@@ -214,7 +194,8 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	}
 	d.mu.Unlock()
 
-	ent, found, err := d.probe(ctx, name)
+	// One small delimiter listing (namespace.Probe).
+	ent, found, err := namespace.Probe(ctx, f.store, d.key, name, f.now, f.warnKey)
 	if err != nil {
 		return dirent{}, nil, f.errno("lookup", namespace.ChildKey(d.key, name), err)
 	}
@@ -295,7 +276,7 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 				d.waitHits++
 			}
 			e, ok := d.ents[name]
-			if ok && e.seen >= d.listFrom {
+			if ok && e.Seen >= d.listFrom {
 				return e, true, true
 			}
 			return dirent{}, false, true
@@ -451,7 +432,7 @@ func (d *dirNode) noteWalk() {
 	if p.walked >= 2 && f.fresh(p.completeAt, f.o.MetadataTTL) {
 		p.preListed = true
 		for name, e := range p.ents {
-			if e.dir && name != self { // self is being listed by its readdir
+			if e.Dir && name != self { // self is being listed by its readdir
 				names = append(names, name)
 			}
 		}
@@ -557,95 +538,13 @@ func (d *dirNode) refresh(kind refreshKind, budget *atomic.Int64) {
 	}
 }
 
-// probeMaxKeys is the page size of a lookup probe: enough for the exact
-// key, a few siblings that sort between "name" and "name/" (such as
-// "name.txt"), and "name/".
-const probeMaxKeys = 4
-
-// probe asks the store what name is, with no prior listing: one delimiter
-// listing Prefix=dir/name finds the exact key "dir/name" (it sorts first)
-// and the common prefix "dir/name/"; only when siblings like "name.txt"
-// fill the page before "name/" could appear does a second listing
-// Prefix=dir/name/ decide. A zero-byte "name" without "name/" costs one
-// HEAD, to tell an application/x-directory marker from an empty file.
-func (d *dirNode) probe(ctx context.Context, name string) (dirent, bool, error) {
-	st := d.fsys.store
-	p := namespace.ChildKey(d.key, name)
-	slash := p + "/"
-	page, err := st.List(ctx, objclient.ListRequest{Prefix: p, Delimiter: "/", MaxKeys: probeMaxKeys})
-	if err != nil {
-		return dirent{}, false, err
-	}
-	var file *objclient.ObjectInfo
-	dir := false
-	last := ""
-	for i := range page.Objects {
-		o := &page.Objects[i]
-		if o.Key == p {
-			file = o
-		}
-		last = max(last, o.Key)
-	}
-	for _, cp := range page.CommonPrefixes {
-		if cp == slash {
-			dir = true
-		}
-		last = max(last, cp)
-	}
-	if !dir && page.IsTruncated && last < slash {
-		page2, err := st.List(ctx, objclient.ListRequest{Prefix: slash, Delimiter: "/", MaxKeys: 1})
-		if err != nil {
-			return dirent{}, false, err
-		}
-		dir = len(page2.Objects)+len(page2.CommonPrefixes) > 0
-	}
-	now := d.fsys.now()
-	switch {
-	case dir:
-		e := dirent{dir: true, seen: now}
-		if file != nil {
-			e.xdir = file.Size == 0
-			if file.Size > 0 {
-				d.fsys.warnKey("object hidden by a directory of the same name", p)
-			}
-		}
-		return e, true, nil
-	case file == nil:
-		return dirent{}, false, nil
-	}
-	e := fileEnt(*file, now)
-	if file.Size == 0 {
-		return d.checkZero(ctx, p, e)
-	}
-	return e, true, nil
-}
-
-// checkZero HEADs a zero-byte object to see whether it is a directory
-// marker (Content-Type application/x-directory). found is false if the
-// object vanished.
-func (d *dirNode) checkZero(ctx context.Context, key string, e dirent) (dirent, bool, error) {
-	info, err := d.fsys.store.Stat(ctx, key)
-	if err != nil {
-		if isNotFound(err) {
-			return dirent{}, false, nil
-		}
-		return dirent{}, false, err
-	}
-	if namespace.IsDirContentType(info.ContentType) {
-		return dirent{dir: true, xdir: true, seen: e.seen, etag: info.ETag}, true, nil
-	}
-	e.checked = true
-	e.etag = info.ETag
-	return e, true, nil
-}
-
 // childInode returns the Inode for name described by e, reusing the
 // existing child when its type matches (so the kernel keeps its caches),
 // and fills out.
 func (d *dirNode) childInode(ctx context.Context, name string, e dirent, out *fuse.EntryOut) *fs.Inode {
 	f := d.fsys
 	ch := d.GetChild(name)
-	if e.dir {
+	if e.Dir {
 		if ch != nil {
 			if _, ok := ch.Operations().(*dirNode); ok {
 				f.dirAttr(&out.Attr)
@@ -653,13 +552,13 @@ func (d *dirNode) childInode(ctx context.Context, name string, e dirent, out *fu
 			}
 		}
 		xk := ""
-		if e.xdir {
+		if e.XDir {
 			xk = namespace.ChildKey(d.key, name)
 		}
 		f.dirAttr(&out.Attr)
 		return d.NewInode(ctx, newDirNode(f, namespace.ChildDirKey(d.key, name), xk), fs.StableAttr{Mode: syscall.S_IFDIR})
 	}
-	info := objInfo{size: e.size, etag: e.etag, mtime: time.Unix(0, e.mtime)}
+	info := objInfo{size: e.Size, etag: e.ETag, mtime: time.Unix(0, e.MTime)}
 	if ch != nil {
 		if fn, ok := ch.Operations().(*fileNode); ok {
 			fn.refresh(d, name, info)
@@ -754,5 +653,3 @@ func (d *dirNode) hasPending() bool {
 	defer d.mu.Unlock()
 	return len(d.pending) > 0
 }
-
-func isNotFound(err error) bool { return errors.Is(err, objclient.ErrNotFound) }

@@ -1,47 +1,12 @@
 package fusefs
 
 import (
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/objclient/objtest"
 )
-
-// The lister holds a file back until the listing passes "name/", even
-// across pages, so a directory of the same name shadows it exactly once.
-func TestListerShadowAcrossPages(t *testing.T) {
-	d := newDirNode(&filesys{log: discardLogger(), warned: map[string]struct{}{}}, "p/", "")
-	l := lister{d: d}
-	var out []listed
-	now := time.Now().UnixNano()
-	page1 := []objclient.ObjectInfo{{Key: "p/"}, {Key: "p/x", Size: 3}, {Key: "p/x y"}, {Key: "p/x.txt", Size: 4}}
-	for _, o := range page1 {
-		out = l.add(out, o, false, now)
-	}
-	for _, e := range out {
-		if e.name == "x" {
-			t.Fatalf("page 1 released file x before x/ could be excluded")
-		}
-	}
-	out = l.add(out, objclient.ObjectInfo{Key: "p/x/"}, true, now)
-	out = l.add(out, objclient.ObjectInfo{Key: "p/z", Size: 1}, false, now)
-	out = l.flush(out, now)
-	var got []string
-	for _, e := range out {
-		kind := "f"
-		if e.e.dir {
-			kind = "d"
-		}
-		got = append(got, kind+":"+e.name)
-	}
-	slices.Sort(got)
-	if want := []string{"d:x", "f:x y", "f:x.txt", "f:z"}; !slices.Equal(got, want) {
-		t.Errorf("entries %q, want %q", got, want)
-	}
-}
 
 // A directory shadows a file of the same name in listings and lookups;
 // a lookup probe whose first page is full of siblings sorting before

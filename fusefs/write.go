@@ -378,7 +378,7 @@ func (n *fileNode) committed(key string, info objclient.ObjectInfo, size int64) 
 	n.exists, n.stale = true, false
 	d, name := n.dir, n.name
 	n.mu.Unlock()
-	d.commitPending(name, n, fileEnt(objclient.ObjectInfo{Size: info.Size, ETag: info.ETag, LastModified: info.LastModified}, f.now()))
+	d.commitPending(name, n, namespace.FileEntry(objclient.ObjectInfo{Size: info.Size, ETag: info.ETag, LastModified: info.LastModified}, f.now()))
 	f.invalidate(key)
 }
 
