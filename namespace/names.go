@@ -1,10 +1,16 @@
 // Package namespace maps object keys to a POSIX directory tree, knowing
 // nothing of FUSE: key "a/b/c" is file c in directory a/b, a common
 // prefix "a/" is directory a, and a key with a component that cannot be
-// a POSIX name is skipped, never aliased. This file holds name validation
-// and the key<->name mapping; the directory-metadata engine (listing and
-// negative caches, background listings, walk detection) is still in
-// fusefs/dir.go and readdir.go and is to move here (issue 12).
+// a POSIX name is skipped, never aliased.
+//
+// Here: name validation and the key<->name mapping (names.go); what a
+// directory knows of a name (Entry), the turning of delimiter-listing
+// pages into entries with directories shadowing files of the same name
+// (Lister), the lookup probe of one name and the zero-byte
+// directory-marker check (Probe, CheckMarker) in entry.go. The
+// per-directory engine that uses them (listing and negative caches,
+// background listings and lookup waits, walk detection, pending entries)
+// is still in fusefs/dir.go and readdir.go, to move here next (issue 12).
 package namespace
 
 import "strings"
