@@ -12,7 +12,9 @@
 // (key "a" beside "a/b": a is a directory; a warning is logged when the
 // hidden object has bytes). Keys with a component that cannot be a POSIX
 // name (empty, ".", "..", over 255 bytes, NUL) are skipped with a warning,
-// never aliased. docs/semantics.md lists every rule and errno.
+// never aliased. docs/semantics.md lists every rule and errno; the
+// FUSE-free rules (validation, key<->name mapping, listing pages to
+// entries, the lookup probe, the marker check) are package namespace.
 //
 // # Metadata and caching
 //
