@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/PID/stat. Linux
@@ -186,26 +188,19 @@ func parseStartTime(data []byte) uint64 {
 	return v
 }
 
-// isMounted reports whether mountpoint appears in /proc/self/mountinfo.
+// isMounted reports whether mountpoint is the target of a mount in
+// /proc/self/mountinfo.
 func isMounted(mountpoint string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	return mountinfoHas(b, mountpoint)
+	_, ok := mountinfo.At(mountinfo.Self(), mountpoint)
+	return ok
 }
 
-// mountinfoHas reports whether a mountinfo blob lists mountpoint (field 5,
-// with octal escapes for space, tab, newline and backslash).
+// mountinfoHas reports whether a mountinfo table b lists mountpoint as a
+// mount's target.
 func mountinfoHas(b []byte, mountpoint string) bool {
-	esc := strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(mountpoint)
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 5 && f[4] == esc {
-			return true
-		}
-	}
-	return false
+	ms, _ := mountinfo.Parse(bytes.NewReader(b))
+	_, ok := mountinfo.At(ms, mountpoint)
+	return ok
 }
 
 // dropCaches writes back dirty pages and drops the page, dentry and inode

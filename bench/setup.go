@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 // setup prepares the work dir, the gateway, the data set and the client
@@ -115,18 +117,11 @@ func setup(ctx context.Context, cfg *config, log *slog.Logger, cl *cleanups) (*h
 
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return []string{"(cannot read /proc/self/mountinfo)"}
+	ms := mountinfo.Self()
+	if ms == nil {
+		return []string{"(cannot read " + mountinfo.SelfPath + ")"}
 	}
-	var out []string
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 5 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
-	}
-	return out
+	return mountinfo.Under(ms, dir)
 }
 
 // runMeta describes the machine, the tools and the sizes of one run.

@@ -180,14 +180,6 @@ func holdLists(mem *objtest.Mem, key string, hold func(n int32) bool) (st *objte
 	return st, func() { once.Do(func() { close(ch) }) }
 }
 
-// listInPagesOf makes listings use pages of n keys until the test and
-// its mounts (whose listings read listPageSize) are done.
-func listInPagesOf(t *testing.T, n int32) {
-	old := listPageSize
-	listPageSize = n
-	t.Cleanup(func() { listPageSize = old })
-}
-
 // probesIn counts the lookup probes in d/ that c saw: LISTs other than
 // the listing of d/ itself and the root's probe of d.
 func probesIn(c *objtest.Counting) int64 {
@@ -199,7 +191,6 @@ func probesIn(c *objtest.Counting) int64 {
 // each costing a probe.
 func TestLookupWaitsForBackgroundListing(t *testing.T) {
 	requireFUSE(t)
-	listInPagesOf(t, 10) // coldFiles in 10 pages
 	mem := objtest.NewMem()
 	seedCold(mem)
 	fa := objtest.NewFaulty(mem, objtest.FaultOptions{Before: func(op, key string) error {
@@ -209,7 +200,7 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 		return nil
 	}})
 	c := objtest.NewCounting(fa)
-	mnt, srv := testMountServer(t, c, Options{})
+	mnt, srv := testMountServer(t, c, Options{listPageSize: 10})
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	for i := 1; i < coldFiles; i++ {
@@ -239,14 +230,13 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 // with no probe, while the listing still runs.
 func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 	requireFUSE(t)
-	listInPagesOf(t, 10)
 	mem := objtest.NewMem()
 	seedCold(mem)
 	// The first two pages come at once, the third not before release:
 	// the listing stays under way.
 	fa, release := holdLists(mem, "d/", func(n int32) bool { return n > 2 })
 	c := objtest.NewCounting(fa)
-	mnt, srv := testMountServer(t, c, Options{})
+	mnt, srv := testMountServer(t, c, Options{listPageSize: 10})
 	for i := range coldListMisses {
 		statCold(t, mnt, i)
 	}
@@ -271,13 +261,11 @@ func TestLookupAbsentDecidedByListingPage(t *testing.T) {
 // probe; after listWaitMisses such waits they stop waiting for it.
 func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 	requireFUSE(t)
-	defer func(w time.Duration) { listWait = w }(listWait)
-	listWait = 20 * time.Millisecond
 	mem := objtest.NewMem()
 	seedCold(mem)
 	fa, release := holdLists(mem, "d/", func(int32) bool { return true })
 	c := objtest.NewCounting(fa)
-	mnt, srv := testMountServer(t, c, Options{})
+	mnt, srv := testMountServer(t, c, Options{listWait: 20 * time.Millisecond})
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	defer waitRefresh(t, d, func(*dirNode) bool { return true })
@@ -302,7 +290,6 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 // the rest of the directory is still being listed.
 func TestPartialListingStartsEpoch(t *testing.T) {
 	requireFUSE(t)
-	listInPagesOf(t, 10)
 	mem := objtest.NewMem()
 	seedCold(mem)
 	fa, release := holdLists(mem, "d/", func(n int32) bool { return n > 3 })
@@ -312,7 +299,7 @@ func TestPartialListingStartsEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pm.Close)
-	mnt, srv := testMountServer(t, c, Options{Prefetch: pm})
+	mnt, srv := testMountServer(t, c, Options{listPageSize: 10, Prefetch: pm})
 	statCold(t, mnt, 0)
 	d := srv.root.GetChild("d").Operations().(*dirNode)
 	defer waitRefresh(t, d, func(*dirNode) bool { return true })

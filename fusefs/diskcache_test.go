@@ -422,37 +422,6 @@ func TestDiskCacheCorruptEntryNotServed(t *testing.T) {
 	}
 }
 
-// UID/GID 0 mean the mounting user unless UIDSet/GIDSet say otherwise.
-func TestOwnerIDs(t *testing.T) {
-	for _, tc := range []struct {
-		v    uint32
-		set  bool
-		want uint32
-	}{{0, false, 1000}, {0, true, 0}, {7, false, 7}, {7, true, 7}} {
-		if got := ownerID(tc.v, tc.set, 1000); got != tc.want {
-			t.Errorf("ownerID(%d, %v, 1000) = %d, want %d", tc.v, tc.set, got, tc.want)
-		}
-	}
-	o, err := Options{Store: objtest.NewMem(), UID: 0, UIDSet: true, GID: 0, GIDSet: true}.withDefaults()
-	if err != nil || o.UID != 0 || o.GID != 0 {
-		t.Errorf("explicit 0: uid %d gid %d (%v)", o.UID, o.GID, err)
-	}
-	o, err = Options{Store: objtest.NewMem()}.withDefaults()
-	if err != nil || o.UID != uint32(os.Getuid()) || o.GID != uint32(os.Getgid()) {
-		t.Errorf("default: uid %d gid %d (%v), want %d %d", o.UID, o.GID, err, os.Getuid(), os.Getgid())
-	}
-
-	requireFUSE(t)
-	mem := objtest.NewMem()
-	seed(t, mem, obj{key: "o/x", data: []byte("x")})
-	mnt := testMount(t, mem, Options{UID: 4242, UIDSet: true, GID: 0, GIDSet: true})
-	for _, p := range []string{"o", "o/x"} {
-		if st := lstat(t, join(mnt, p)); st.Uid != 4242 || st.Gid != 0 {
-			t.Errorf("%s: uid %d gid %d, want 4242 0", p, st.Uid, st.Gid)
-		}
-	}
-}
-
 // Read a disk-cached file, then overwrite it at once, many times: the
 // overwrite waits for the read handle's asynchronous RELEASE instead of
 // failing (ETXTBSY, or EIO from the kernel).

@@ -11,18 +11,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// DiskCache is a local cache of whole object versions (Options.DiskCache);
-// *diskcache.Cache implements it.
-type DiskCache interface {
-	// Open returns a read-only descriptor whose byte i is byte i of the
-	// object version (key, etag), its size in bytes and true; false if
-	// it is not cached. The caller closes the file.
-	Open(key, etag string) (*os.File, int64, bool)
-	// Remove drops every cached version of key (overwritten, deleted or
-	// renamed).
-	Remove(key string)
-}
-
 // diskHandle is a read handle whose object version is held whole in the
 // disk cache: reads are pread(2) on the cached file and never reach the
 // store. It is not offered for passthrough (see ptHandle).
@@ -140,34 +128,6 @@ func (f *filesys) passthroughOK(file *os.File) bool {
 	f.pt.ok = true
 	f.log.Info("disk cache: FUSE passthrough enabled, the kernel reads cached files itself")
 	return true
-}
-
-// invalidate forgets every cached copy of key (prefetch blocks and disk
-// cache entries): it was overwritten, deleted or renamed.
-func (f *filesys) invalidate(key string) {
-	if f.pf != nil {
-		f.pf.Invalidate(key)
-	}
-	if f.dc != nil {
-		f.dc.Remove(key)
-	}
-}
-
-// openDisk returns the disk cache's file of (key, info) if it holds that
-// version whole, else nil.
-func (f *filesys) openDisk(key string, info objInfo) *os.File {
-	if f.dc == nil || info.etag == "" || info.size <= 0 {
-		return nil
-	}
-	file, size, ok := f.dc.Open(key, info.etag)
-	if !ok {
-		return nil
-	}
-	if size != info.size {
-		_ = file.Close()
-		return nil
-	}
-	return file
 }
 
 // dupPTFile returns a new descriptor on the cached file of an open

@@ -12,7 +12,9 @@
 // (key "a" beside "a/b": a is a directory; a warning is logged when the
 // hidden object has bytes). Keys with a component that cannot be a POSIX
 // name (empty, ".", "..", over 255 bytes, NUL) are skipped with a warning,
-// never aliased. docs/semantics.md lists every rule and errno.
+// never aliased. docs/semantics.md lists every rule and errno; the
+// FUSE-free rules (validation, key<->name mapping, listing pages to
+// entries, the lookup probe, the marker check) are package namespace.
 //
 // # Metadata and caching
 //
@@ -45,7 +47,9 @@
 // bytes, in order, into one Store.Put upload; the owner's close (FLUSH)
 // or fsync commits it and returns its real result. Until then the old
 // object, if any, stays readable. Write handles use direct I/O so the
-// page cache never holds bytes of two versions. See write.go and
+// page cache never holds bytes of two versions. The window of bytes a
+// writer may still change (seek-back, truncate, zero-fill) is
+// upload.Window; write.go is its kernel-facing handle. See
 // docs/semantics.md for seek-back, append, truncate, rename and delete.
 //
 // # Errors

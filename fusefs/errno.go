@@ -8,6 +8,7 @@ import (
 
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
+	"github.com/os2g/os2g/upload"
 )
 
 // errReadOnly is returned internally for a mutation on a read-only mount.
@@ -38,6 +39,12 @@ func toErrno(log *slog.Logger, op, key string, err error) syscall.Errno {
 	case errors.Is(err, objclient.ErrInvalidArgument):
 		log.Warn("store rejected the request as invalid", "op", op, "key", key, "err", err)
 		return syscall.EINVAL
+	case errors.Is(err, upload.ErrBeforeWindow):
+		return syscall.EINVAL
+	case errors.Is(err, upload.ErrNotHeld):
+		return syscall.EOPNOTSUPP
+	case errors.Is(err, upload.ErrPushed):
+		return syscall.EBADF
 	case errors.Is(err, prefetch.ErrClosed):
 		return syscall.EIO
 	case errors.Is(err, objclient.ErrUnavailable), errors.Is(err, objclient.ErrThrottled), errors.Is(err, objclient.ErrNoSuchBucket):

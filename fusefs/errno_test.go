@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/upload"
 )
 
 // TestToErrno: each sentinel maps to its documented errno, and a transport
@@ -34,6 +35,9 @@ func TestToErrno(t *testing.T) {
 		{"throttled", fmt.Errorf("x: %w", objclient.ErrThrottled), syscall.EIO},
 		{"refused", fmt.Errorf("x: %w: %w", objclient.ErrUnavailable, refused), syscall.EIO},
 		{"reset", fmt.Errorf("x: %w: %w", objclient.ErrUnavailable, syscall.ECONNRESET), syscall.EIO},
+		{"before the write window", upload.ErrBeforeWindow, syscall.EINVAL},
+		{"truncate before the window", upload.ErrNotHeld, syscall.EOPNOTSUPP},
+		{"read of pushed bytes", upload.ErrPushed, syscall.EBADF},
 		{"handler errno", syscall.EOPNOTSUPP, syscall.EOPNOTSUPP},
 		{"unexpected", fmt.Errorf("something else"), syscall.EIO},
 	} {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/os2g/os2g/namespace"
 )
 
 // objInfo is the committed object version behind a file.
@@ -48,7 +50,7 @@ type fileNode struct {
 	ptHandles          map[*ptHandle]struct{} // the ptOpen handles
 	ptZero             chan struct{}          // closed when ptOpen drops to 0
 	// shared reads this file in dataset mode, where READs carry no
-	// handle (see noopen.go); nil when no read is under way.
+	// handle (see dataset.go); nil when no read is under way.
 	shared *sharedReader
 }
 
@@ -72,7 +74,7 @@ func newFileNode(f *filesys, d *dirNode, name string, info objInfo, exists bool)
 func (n *fileNode) key() (string, *dirNode, string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return childKey(n.dir.key, n.name), n.dir, n.name
+	return namespace.ChildKey(n.dir.key, n.name), n.dir, n.name
 }
 
 // path is the file's absolute path under the mount point ("" if the
@@ -223,7 +225,7 @@ func (n *fileNode) putZeros(ctx context.Context, size int64) syscall.Errno {
 // the current version (kernel page cache kept when the ETag has not
 // changed since the last open); write opens get an upload handle (direct
 // I/O, see write.go). In dataset mode the answer is ENOSYS: the kernel
-// then opens files without the daemon (see noopen.go).
+// then opens files without the daemon (see dataset.go).
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fsys.openCalls.Add(1)
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0 {
@@ -281,7 +283,7 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 	// so it happens before the decision below, which re-checks the node.
 	n.mu.Lock()
 	info, exists, writing := n.info, n.exists, n.latest != nil
-	key := childKey(n.dir.key, n.name)
+	key := namespace.ChildKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	var df *os.File
 	if exists && !writing {
@@ -292,7 +294,7 @@ func (n *fileNode) openRead(ctx context.Context) (fs.FileHandle, uint32, syscall
 
 	n.mu.Lock()
 	info, exists, writing = n.info, n.exists, n.latest != nil
-	key = childKey(n.dir.key, n.name)
+	key = namespace.ChildKey(n.dir.key, n.name)
 	keep := n.opened && n.lastOpenETag == info.etag
 	n.opened, n.lastOpenETag = true, info.etag
 	var drop *os.File

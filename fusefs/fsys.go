@@ -50,7 +50,7 @@ type filesys struct {
 	diskReads atomic.Int64                // READs served by disk cache handles (not by passthrough)
 	ptFds     atomic.Int64                // descriptors handed to go-fuse for passthrough
 
-	shared sharedSet // dataset mode's per-file readers (noopen.go)
+	shared sharedSet // dataset mode's per-file readers (dataset.go)
 	// Requests on files that reached the daemon (tests check what dataset
 	// mode keeps in the kernel).
 	openCalls, flushCalls, sharedReads atomic.Int64

@@ -46,7 +46,7 @@ func Mount(mountpoint string, o Options) (*Server, error) {
 		return nil, fmt.Errorf("fusefs: mountpoint %q: %w", mountpoint, err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	f := &filesys{o: o, store: o.Store, log: o.Logger, pf: o.Prefetch, mtime: time.Now(), mountpoint: mp, bg: bg, cancel: cancel, preListSem: make(chan struct{}, preListConcurrency), warned: map[string]struct{}{}, clock: o.clock}
+	f := &filesys{o: o, store: o.Store, log: o.Logger, pf: o.Prefetch, mtime: time.Now(), mountpoint: mp, bg: bg, cancel: cancel, preListSem: make(chan struct{}, o.preListConcurrency), warned: map[string]struct{}{}, clock: o.clock}
 	f.dc = o.DiskCache
 	if o.ptTest == 2 {
 		f.pt.probed, f.pt.ok = true, true

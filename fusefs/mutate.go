@@ -8,6 +8,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -36,7 +37,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	switch {
 	case errno == 0 && flags&syscall.O_EXCL != 0:
 		return nil, nil, 0, syscall.EEXIST
-	case errno == 0 && pend == nil && ent.dir:
+	case errno == 0 && pend == nil && ent.Dir:
 		return nil, nil, 0, syscall.EISDIR
 	case errno == 0:
 		var ch *fs.Inode
@@ -77,7 +78,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	} else if errno != syscall.ENOENT {
 		return nil, errno
 	}
-	key := childDirKey(d.key, name)
+	key := namespace.ChildDirKey(d.key, name)
 	w, err := f.store.Put(f.bg, key, objclient.PutOptions{})
 	if err != nil {
 		return nil, f.errno("mkdir", key, err)
@@ -85,7 +86,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if _, err := w.Commit(f.bg); err != nil {
 		return nil, f.errno("mkdir", key, err)
 	}
-	e := dirent{dir: true, seen: f.now()}
+	e := dirent{Dir: true, Seen: f.now()}
 	d.noteEnt(name, e)
 	return d.childInode(ctx, name, e, out), 0
 }
@@ -142,7 +143,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	n.mu.Lock()
 	exists := n.exists
-	key := childKey(n.dir.key, n.name)
+	key := namespace.ChildKey(n.dir.key, n.name)
 	if len(n.writers) > 0 {
 		n.unlinked = true
 	}
@@ -244,7 +245,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		if flags&renameNoreplace != 0 {
 			return syscall.EEXIST
 		}
-		if tpend == nil && tent.dir {
+		if tpend == nil && tent.Dir {
 			return syscall.EISDIR
 		}
 		if tpend != nil {
@@ -255,12 +256,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	n.mu.Lock()
 	exists, writing, old := n.exists, len(n.writers) > 0, n.info
-	src := childKey(n.dir.key, n.name)
+	src := namespace.ChildKey(n.dir.key, n.name)
 	n.mu.Unlock()
 	if writing || !exists {
 		return syscall.EBUSY
 	}
-	dst := childKey(nd.key, newName)
+	dst := namespace.ChildKey(nd.key, newName)
 	if src == dst {
 		return 0
 	}
@@ -278,7 +279,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	n.dir, n.name = nd, newName
 	n.info = objInfo{size: info.Size, etag: info.ETag, mtime: info.LastModified}
 	n.mu.Unlock()
-	nd.noteEnt(newName, fileEnt(info, f.now()))
+	nd.noteEnt(newName, namespace.FileEntry(info, f.now()))
 	f.invalidate(dst)
 	if err := f.store.Delete(ctx, src); err != nil {
 		// dst is complete and the node now names it; the source object

@@ -1,102 +1,12 @@
 package fusefs
 
 import (
-	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/objclient/objtest"
 )
-
-func TestValidName(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"a", true}, {"a b", true}, {" lead", true}, {"%2F.txt", true}, {"..a", true}, {strings.Repeat("x", 255), true},
-		{"", false}, {".", false}, {"..", false}, {"a/b", false}, {"a\x00b", false}, {strings.Repeat("x", 256), false},
-	} {
-		if got := validName(c.name); got != c.ok {
-			t.Errorf("validName(%q) = %v, want %v", c.name, got, c.ok)
-		}
-	}
-}
-
-func TestIsDirContentType(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"application/x-directory": true, "application/x-directory; charset=UTF-8": true, "Application/X-Directory": true,
-		"binary/octet-stream": false, "": false, "application/x-directoryx": false,
-	} {
-		if got := isDirContentType(ct); got != want {
-			t.Errorf("isDirContentType(%q) = %v, want %v", ct, got, want)
-		}
-	}
-}
-
-func sign(x int) int {
-	switch {
-	case x < 0:
-		return -1
-	case x > 0:
-		return 1
-	}
-	return 0
-}
-
-func TestCmpSlash(t *testing.T) {
-	for _, c := range [][2]string{{"x", "x/"}, {"x", "x"}, {"x", "x.txt"}, {"x", "x0"}, {"x", "w"}, {"x", "y"}, {"x", "x/a"}, {"abc", "ab"}, {"", "/"}, {"", "a"}} {
-		if got, want := cmpSlash(c[0], c[1]), strings.Compare(c[0]+"/", c[1]); sign(got) != want {
-			t.Errorf("cmpSlash(%q, %q) = %d, want %d", c[0], c[1], got, want)
-		}
-	}
-}
-
-func FuzzCmpSlash(f *testing.F) {
-	f.Add("x", "x/")
-	f.Add("x", "x.txt")
-	f.Add("a b", "a/")
-	f.Fuzz(func(t *testing.T, h, k string) {
-		if got, want := sign(cmpSlash(h, k)), strings.Compare(h+"/", k); got != want {
-			t.Errorf("cmpSlash(%q, %q) = %d, want %d", h, k, got, want)
-		}
-	})
-}
-
-// The lister holds a file back until the listing passes "name/", even
-// across pages, so a directory of the same name shadows it exactly once.
-func TestListerShadowAcrossPages(t *testing.T) {
-	d := newDirNode(&filesys{log: discardLogger(), warned: map[string]struct{}{}}, "p/", "")
-	l := lister{d: d}
-	var out []listed
-	now := time.Now().UnixNano()
-	page1 := []objclient.ObjectInfo{{Key: "p/"}, {Key: "p/x", Size: 3}, {Key: "p/x y"}, {Key: "p/x.txt", Size: 4}}
-	for _, o := range page1 {
-		out = l.add(out, o, false, now)
-	}
-	for _, e := range out {
-		if e.name == "x" {
-			t.Fatalf("page 1 released file x before x/ could be excluded")
-		}
-	}
-	out = l.add(out, objclient.ObjectInfo{Key: "p/x/"}, true, now)
-	out = l.add(out, objclient.ObjectInfo{Key: "p/z", Size: 1}, false, now)
-	out = l.flush(out, now)
-	var got []string
-	for _, e := range out {
-		kind := "f"
-		if e.e.dir {
-			kind = "d"
-		}
-		got = append(got, kind+":"+e.name)
-	}
-	slices.Sort(got)
-	if want := []string{"d:x", "f:x y", "f:x.txt", "f:z"}; !slices.Equal(got, want) {
-		t.Errorf("entries %q, want %q", got, want)
-	}
-}
 
 // A directory shadows a file of the same name in listings and lookups;
 // a lookup probe whose first page is full of siblings sorting before

@@ -123,7 +123,36 @@ type Options struct {
 	// ptTest (tests): 1 withholds FUSE_PASSTHROUGH from the kernel; 2
 	// also skips the probe, so handles are offered and refused.
 	ptTest int
+	// Listing tunables, set per mount by tests (zero: the defaults in
+	// withDefaults): listWait bounds a lookup's wait for a background
+	// listing to reach its name, refreshWait a readdir's wait for a
+	// background listing of its directory to end; preListConcurrency
+	// and preListEntries bound the background listings of one detected
+	// walk (listings at a time on the mount, entries in all); listPageSize
+	// is the LIST page size in keys.
+	listWait, refreshWait time.Duration
+	preListConcurrency    int
+	preListEntries        int64
+	listPageSize          int32
 }
+
+// Defaults of the listing tunables (Options' unexported fields).
+const (
+	// defaultListWait: see dirNode.awaitListingLocked.
+	defaultListWait = 500 * time.Millisecond
+	// defaultRefreshWait: see dirNode.awaitRefresh.
+	defaultRefreshWait = time.Second
+	// defaultPreListConcurrency: background listings of walks running at
+	// a time on the mount.
+	defaultPreListConcurrency = 8
+	// defaultPreListEntries is the entry budget of the background
+	// listings one detected walk starts (about ImageNet-1k's training
+	// set): an accidental walk (ls a; ls b) lists at most this much that
+	// nobody asked for.
+	defaultPreListEntries int64 = 1 << 20
+	// defaultListPageSize is the LIST page size (the S3 maximum).
+	defaultListPageSize int32 = 1000
+)
 
 // errBadOptions wraps every Options validation failure.
 var errBadOptions = errors.New("fusefs: invalid options")
@@ -183,6 +212,21 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.listWait == 0 {
+		o.listWait = defaultListWait
+	}
+	if o.refreshWait == 0 {
+		o.refreshWait = defaultRefreshWait
+	}
+	if o.preListConcurrency == 0 {
+		o.preListConcurrency = defaultPreListConcurrency
+	}
+	if o.preListEntries == 0 {
+		o.preListEntries = defaultPreListEntries
+	}
+	if o.listPageSize == 0 {
+		o.listPageSize = defaultListPageSize
 	}
 	return o, nil
 }

@@ -94,9 +94,9 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 	for _, giveUp := range []bool{false, true} {
 		t.Run(fmt.Sprintf("giveUp=%v", giveUp), func(t *testing.T) {
 			requireFUSE(t)
+			o := Options{Immutable: true}
 			if giveUp {
-				defer func(w time.Duration) { refreshWait = w }(refreshWait)
-				refreshWait = 30 * time.Millisecond
+				o.refreshWait = 30 * time.Millisecond
 			}
 			var held atomic.Int32
 			mem := objtest.NewMem()
@@ -104,7 +104,7 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 			// Hold the first listing of c2/ (the background one).
 			fa, release := holdLists(mem, "c2/", func(n int32) bool { held.Store(n); return n == 1 })
 			c := objtest.NewCounting(fa)
-			mnt, srv := testMountServer(t, c, Options{Immutable: true})
+			mnt, srv := testMountServer(t, c, o)
 			readDirNames(t, mnt)
 			readDirNames(t, join(mnt, "c0"))
 			readDirNames(t, join(mnt, "c1"))
@@ -155,12 +155,11 @@ func TestReaddirWaitsForPreListing(t *testing.T) {
 // preListEntries entries.
 func TestWalkPreListBudget(t *testing.T) {
 	requireFUSE(t)
-	defer func(n int64, c int) { preListEntries, preListConcurrency = n, c }(preListEntries, preListConcurrency)
-	preListEntries, preListConcurrency = 4, 1 // one listing at a time
 	mem := objtest.NewMem()
 	seedClasses(mem, 6, 3)
 	c := objtest.NewCounting(mem)
-	mnt, srv := testMountServer(t, c, Options{Immutable: true})
+	// one listing at a time
+	mnt, srv := testMountServer(t, c, Options{Immutable: true, preListEntries: 4, preListConcurrency: 1})
 	readDirNames(t, mnt)
 	readDirNames(t, join(mnt, "c0"))
 	readDirNames(t, join(mnt, "c1"))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -169,4 +170,57 @@ func (r *directReader) Close() error {
 	r.whole = nil
 	r.mu.Unlock()
 	return nil
+}
+
+// The entry point of every READ, in every mode.
+var (
+	_ fs.NodeReader  = (*fileNode)(nil)
+	_ fs.NodeFlusher = (*fileNode)(nil)
+)
+
+// Read implements fs.NodeReader: a READ with a handle goes to the handle,
+// one without (dataset mode) to the file's sharedReader.
+func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
+	defer cancel()
+	if fr, ok := fh.(fs.FileReader); ok {
+		return fr.Read(ctx, dest, off)
+	}
+	if fh != nil {
+		return nil, syscall.EBADF
+	}
+	return n.sharedRead(ctx, dest, off)
+}
+
+// interruptGrace returns a context that ends grace after ctx does (or when
+// cancel is called). A FUSE INTERRUPT comes for any signal the reading
+// thread takes, and Go programs take SIGURG (goroutine preemption) all the
+// time: in a Go reader of small files, about a third of the READs were
+// interrupted and restarted. Most READs finish within the grace, and
+// answering them normally after an INTERRUPT is allowed; a READ that waits
+// longer (a hung server) still ends promptly on Ctrl-C. Fatal signals need
+// no answer at all: the kernel stops waiting for a dying task.
+func interruptGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return g, func() {
+		stop()
+		cancel()
+	}
+}
+
+// Flush implements fs.NodeFlusher. Without a handle (dataset mode) it
+// answers ENOSYS, so that the kernel stops sending FLUSH on close.
+func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	n.fsys.flushCalls.Add(1)
+	if fl, ok := fh.(fs.FileFlusher); ok {
+		return fl.Flush(ctx)
+	}
+	if fh == nil && n.fsys.noOpen() {
+		return syscall.ENOSYS
+	}
+	return 0
 }

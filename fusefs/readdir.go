@@ -9,13 +9,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
-
-// listPageSize is the LIST page size used by readdir (the S3 maximum);
-// a variable only so that tests can list in several pages.
-var listPageSize int32 = 1000
 
 // firstTrackedPage is the size of the first page of a background listing
 // that lookups wait for (see dirNode.awaitListingLocked).
@@ -36,101 +33,6 @@ type listed struct {
 	zero bool      // zero-byte object not yet checked for a directory marker
 }
 
-// lister turns listing pages into entries, in key order across pages. A
-// file "x" is held back until the listing has passed "x/", because a
-// common prefix "x/" (a directory, which shadows the file) may follow
-// after siblings such as "x.txt" or "x-1" that sort in between, possibly
-// on a later page.
-type lister struct {
-	d    *dirNode
-	held []objclient.ObjectInfo
-}
-
-// cmpSlash compares h+"/" with k without allocating.
-func cmpSlash(h, k string) int {
-	n := len(h)
-	if len(k) < n {
-		if h[:len(k)] == k {
-			return 1
-		}
-		if h[:len(k)] < k {
-			return -1
-		}
-		return 1
-	}
-	if h != k[:n] {
-		if h < k[:n] {
-			return -1
-		}
-		return 1
-	}
-	if len(k) == n || k[n] < '/' {
-		return 1
-	}
-	if k[n] == '/' && len(k) == n+1 {
-		return 0
-	}
-	return -1
-}
-
-// add consumes one key (an object, or a common prefix when prefix is
-// true) and appends finished entries to out.
-func (l *lister) add(out []listed, o objclient.ObjectInfo, prefix bool, now int64) []listed {
-	d := l.d
-	k := o.Key
-	// Release held files that can no longer be shadowed.
-	kept := l.held[:0]
-	for _, h := range l.held {
-		if cmpSlash(h.Key, k) < 0 {
-			out = append(out, l.fileOut(h, now))
-		} else {
-			kept = append(kept, h)
-		}
-	}
-	l.held = kept
-	if prefix {
-		name := k[len(d.key) : len(k)-1]
-		if !validName(name) {
-			d.fsys.warnKey("key with a component that is not a POSIX name skipped", k)
-			return out
-		}
-		e := dirent{dir: true, seen: now}
-		for i, h := range l.held {
-			if cmpSlash(h.Key, k) == 0 {
-				e.xdir = h.Size == 0
-				if h.Size > 0 {
-					d.fsys.warnKey("object hidden by a directory of the same name", h.Key)
-				}
-				l.held = slices.Delete(l.held, i, i+1)
-				break
-			}
-		}
-		return append(out, listed{name: name, e: e})
-	}
-	if k == d.key {
-		return out // the directory's own marker "dir/"
-	}
-	if !validName(k[len(d.key):]) {
-		d.fsys.warnKey("key with a component that is not a POSIX name skipped", k)
-		return out
-	}
-	l.held = append(l.held, o)
-	return out
-}
-
-// flush releases every held file (the listing ended).
-func (l *lister) flush(out []listed, now int64) []listed {
-	for _, h := range l.held {
-		out = append(out, l.fileOut(h, now))
-	}
-	l.held = l.held[:0]
-	return out
-}
-
-func (l *lister) fileOut(o objclient.ObjectInfo, now int64) listed {
-	return listed{name: o.Key[len(l.d.key):], e: fileEnt(o, now), zero: o.Size == 0}
-}
-
 // dirHandle is one open directory stream (FileReaddirenter). go-fuse
 // serialises READDIR calls on a handle; mu still guards the fields.
 type dirHandle struct {
@@ -146,8 +48,9 @@ type dirHandle struct {
 	eof       bool
 	listStart int64
 	startGen  uint64
-	l         lister
-	skip      map[string]bool // names emitted from d.pending at the start
+	l         namespace.Lister
+	got       []namespace.Listed // a page's entries (reused)
+	skip      map[string]bool    // names emitted from d.pending at the start
 	last      listed
 	files     []prefetch.File // for Manager.NoteDir (nil without prefetch)
 	// track: this is the background listing (refresh) that lookups may
@@ -170,7 +73,7 @@ var (
 func (h *dirHandle) reset() {
 	h.started, h.queue, h.qi, h.names, h.fromCache = false, nil, 0, nil, false
 	h.token, h.eof, h.listStart, h.startGen = "", false, 0, 0
-	h.l, h.skip, h.last, h.files = lister{}, nil, listed{}, nil
+	h.l, h.skip, h.last, h.files = namespace.Lister{}, nil, listed{}, nil
 }
 
 // start begins the stream: from the cached complete listing when it is
@@ -179,8 +82,8 @@ func (h *dirHandle) start(forceList bool) {
 	d := h.d
 	f := d.fsys
 	h.started = true
-	h.l = lister{d: d}
-	h.queue = append(h.queue, listed{name: ".", e: dirent{dir: true}}, listed{name: "..", e: dirent{dir: true}})
+	h.l = namespace.Lister{DirKey: d.key, Warn: d.fsys.warnKey}
+	h.queue = append(h.queue, listed{name: ".", e: dirent{Dir: true}}, listed{name: "..", e: dirent{Dir: true}})
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h.skip = map[string]bool{}
@@ -238,10 +141,10 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	h.qi++
 	h.last = e
 	mode := uint32(syscall.S_IFREG)
-	if e.e.dir {
+	if e.e.Dir {
 		mode = syscall.S_IFDIR
 	}
-	key := childKey(h.d.key, e.name)
+	key := namespace.ChildKey(h.d.key, e.name)
 	return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: direntIno(key)}, 0
 }
 
@@ -251,7 +154,7 @@ func (h *dirHandle) fillFromCache() bool {
 	d := h.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for len(h.names) > 0 && len(h.queue) < int(listPageSize) {
+	for len(h.names) > 0 && len(h.queue) < int(d.fsys.o.listPageSize) {
 		name := h.names[0]
 		h.names = h.names[1:]
 		if e, ok := d.ents[name]; ok {
@@ -265,7 +168,7 @@ func (h *dirHandle) fillFromCache() bool {
 func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	d := h.d
 	f := d.fsys
-	size := listPageSize
+	size := f.o.listPageSize
 	if h.shortFirst && h.token == "" {
 		// Lookups wait for this listing: a short first page answers the
 		// first of them sooner.
@@ -276,24 +179,20 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return f.errno("readdir", d.key, err)
 	}
 	now := f.now()
-	out := h.queue[:0]
-	// Merge objects and common prefixes in key order.
-	oi, pi := 0, 0
-	for oi < len(page.Objects) || pi < len(page.CommonPrefixes) {
-		if pi >= len(page.CommonPrefixes) || (oi < len(page.Objects) && page.Objects[oi].Key < page.CommonPrefixes[pi]) {
-			out = h.l.add(out, page.Objects[oi], false, now)
-			oi++
-		} else {
-			out = h.l.add(out, objclient.ObjectInfo{Key: page.CommonPrefixes[pi]}, true, now)
-			pi++
-		}
-	}
+	// Entries in key order, a file held back until no directory of the
+	// same name can follow (namespace.Lister).
+	got := h.l.AddPage(h.got[:0], page, now)
 	if !page.IsTruncated {
-		out = h.l.flush(out, now)
+		got = h.l.Flush(got, now)
 		h.eof = true
 	} else if page.NextContinuationToken == "" {
 		f.log.Error("truncated listing without a continuation token", "prefix", d.key)
 		return syscall.EIO
+	}
+	h.got = got
+	out := h.queue[:0]
+	for _, g := range got {
+		out = append(out, listed{name: g.Name, e: g.Entry, zero: g.Zero})
 	}
 	h.token = page.NextContinuationToken
 	out, errno := h.checkZero(ctx, out)
@@ -311,16 +210,16 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		d.ents[e.name] = e.e
 		delete(d.neg, e.name)
 		kept = append(kept, e)
-		if h.files != nil && !e.e.dir {
-			h.files = append(h.files, prefetch.File{Key: childKey(d.key, e.name), Size: e.e.size, ETag: e.e.etag})
+		if h.files != nil && !e.e.Dir {
+			h.files = append(h.files, prefetch.File{Key: namespace.ChildKey(d.key, e.name), Size: e.e.Size, ETag: e.e.ETag})
 		}
 	}
 	if h.track && !h.eof {
-		d.listedUpToLocked(decidedUpTo(page, h.l.held))
+		d.listedUpToLocked(h.l.DecidedUpTo(page))
 	}
 	if h.eof && d.gen == h.startGen {
 		for name, e := range d.ents {
-			if e.seen < h.listStart {
+			if e.Seen < h.listStart {
 				delete(d.ents, name)
 			}
 		}
@@ -338,26 +237,6 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		f.pf.AddDirFiles(d.key, h.files[nfiles:])
 	}
 	return 0
-}
-
-// decidedUpTo is the greatest key up to which a listing that has just
-// taken page (of a truncated listing) has decided every name: the page's
-// last key, or if files are still held back (a common prefix of the same
-// name could follow) just below the first of them. "" if nothing is decided.
-func decidedUpTo(page objclient.ListPage, held []objclient.ObjectInfo) string {
-	last := ""
-	if n := len(page.Objects); n > 0 {
-		last = page.Objects[n-1].Key
-	}
-	if n := len(page.CommonPrefixes); n > 0 {
-		last = max(last, page.CommonPrefixes[n-1])
-	}
-	for _, h := range held {
-		// h.Key+"/" is undecided; every name whose key+"/" sorts before
-		// it is decided. h.Key itself sorts before h.Key+"/".
-		last = min(last, h.Key)
-	}
-	return last
 }
 
 // zeroChecks is how many zero-byte objects of one listing page are
@@ -387,8 +266,8 @@ func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, sysc
 		d.mu.Lock()
 		old, ok := d.ents[e.name]
 		d.mu.Unlock()
-		if ok && old.etag == e.e.etag && (old.checked || (old.dir && old.xdir)) {
-			old.seen = e.e.seen
+		if ok && old.ETag == e.e.ETag && (old.Checked || (old.Dir && old.XDir)) {
+			old.Seen = e.e.Seen
 			e.e = old
 			continue
 		}
@@ -397,8 +276,8 @@ func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, sysc
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			key := childKey(d.key, e.name)
-			ne, found, err := d.checkZero(ctx, key, e.e)
+			key := namespace.ChildKey(d.key, e.name)
+			ne, found, err := namespace.CheckMarker(ctx, d.fsys.store, key, e.e)
 			switch {
 			case err != nil:
 				mu.Lock()

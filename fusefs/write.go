@@ -10,7 +10,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/os2g/os2g/namespace"
 	"github.com/os2g/os2g/objclient"
+	"github.com/os2g/os2g/upload"
 )
 
 // DefaultWriteWindow is the default Options.WriteWindow: the bytes an
@@ -49,8 +51,7 @@ type writeHandle struct {
 	dirty  bool             // there is something to commit
 	failed bool             // a write could not be honoured: abort at close
 	w      objclient.Writer // started lazily
-	buf    []byte           // bytes [base, base+len(buf)) not yet given to w
-	base   int64
+	win    *upload.Window   // the bytes not yet given to w (pushed to w by push)
 	state  writeState
 	errno  syscall.Errno // result reported by later FLUSH/fsync calls
 	rd     *readHandle   // keep mode: reads of the existing object
@@ -85,7 +86,13 @@ func (n *fileNode) openWrite(ctx context.Context, flags uint32, created bool) (*
 	if app && exists && size > 0 && !trunc {
 		return nil, syscall.EOPNOTSUPP
 	}
-	h := &writeHandle{n: n, fsys: n.fsys, key: childKey(n.dir.key, n.name), owner: owner, append: app, wasNew: !exists}
+	h := &writeHandle{n: n, fsys: n.fsys, key: namespace.ChildKey(n.dir.key, n.name), owner: owner, append: app, wasNew: !exists}
+	win, err := upload.New(n.fsys.o.WriteWindow, h.push)
+	if err != nil {
+		// Options.WriteWindow is validated at mount.
+		return nil, n.fsys.errno("open", h.key, err)
+	}
+	h.win = win
 	if trunc || created || !exists || size == 0 {
 		h.dirty = trunc || created
 		n.writers[h] = struct{}{}
@@ -134,45 +141,21 @@ func (h *writeHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 		return 0, syscall.EIO
 	}
 	if h.append {
-		off = h.base + int64(len(h.buf))
+		off = h.win.End()
 	}
-	if off < h.base {
+	if off < h.win.Base() {
 		h.failed = true
-		h.fsys.log.Warn("write before the upload window; the upload will be aborted", "key", h.key, "offset", off, "window_start", h.base)
+		h.fsys.log.Warn("write before the upload window; the upload will be aborted", "key", h.key, "offset", off, "window_start", h.win.Base())
 		return 0, syscall.EINVAL
 	}
-	if errno := h.extend(off); errno != 0 {
-		return 0, errno
+	// The window's rules (zero-fill, push of all but the newer half):
+	// upload.Window.Write.
+	if err := h.win.Write(data, off); err != nil {
+		return 0, h.fsys.errno("write", h.key, err)
 	}
-	rel := int(off - h.base)
-	if end := rel + len(data); end > len(h.buf) {
-		h.buf = append(h.buf, make([]byte, end-len(h.buf))...)
-	}
-	copy(h.buf[rel:], data)
 	h.dirty = true
-	if win := h.fsys.o.WriteWindow; int64(len(h.buf)) > win {
-		if errno := h.push(len(h.buf) - int(win/2)); errno != 0 {
-			return 0, errno
-		}
-	}
-	h.size.Store(h.base + int64(len(h.buf)))
+	h.size.Store(h.win.End())
 	return uint32(len(data)), 0
-}
-
-// extend zero-fills up to end (a write past the end, or ftruncate up).
-func (h *writeHandle) extend(end int64) syscall.Errno {
-	for cur := h.base + int64(len(h.buf)); cur < end; cur = h.base + int64(len(h.buf)) {
-		win := h.fsys.o.WriteWindow
-		k := min(end-cur, win-int64(len(h.buf))+1)
-		h.buf = append(h.buf, make([]byte, k)...)
-		if int64(len(h.buf)) > win {
-			if errno := h.push(len(h.buf) - int(win/2)); errno != 0 {
-				return errno
-			}
-		}
-	}
-	h.size.Store(h.base + int64(len(h.buf)))
-	return 0
 }
 
 // start begins the upload.
@@ -189,19 +172,18 @@ func (h *writeHandle) start() syscall.Errno {
 	return 0
 }
 
-// push hands the first k held bytes to the Writer.
-func (h *writeHandle) push(k int) syscall.Errno {
+// push hands the oldest held bytes p to the Writer (the window's push
+// function; h.mu held). It returns a syscall.Errno, which the window
+// returns unchanged.
+func (h *writeHandle) push(p []byte) error {
 	if errno := h.start(); errno != 0 {
 		return errno
 	}
-	if _, err := h.w.Write(h.buf[:k]); err != nil {
+	if _, err := h.w.Write(p); err != nil {
 		h.failed = true
 		return h.fsys.errno("write", h.key, err)
 	}
-	rest := copy(h.buf, h.buf[k:])
-	h.buf = h.buf[:rest]
-	h.base += int64(k)
-	return 0
+	return nil
 }
 
 // truncate is ftruncate(2) on the handle: to the current size is a no-op;
@@ -214,7 +196,7 @@ func (h *writeHandle) truncate(size int64) syscall.Errno {
 	if h.state != wsOpen {
 		return syscall.EINVAL
 	}
-	cur := h.base + int64(len(h.buf))
+	cur := h.win.End()
 	if h.keep {
 		cur = h.size.Load()
 	}
@@ -229,16 +211,17 @@ func (h *writeHandle) truncate(size int64) syscall.Errno {
 		h.size.Store(0)
 		h.register()
 		return 0
-	case size < h.base:
+	case size < h.win.Base():
 		return syscall.EOPNOTSUPP
-	case size < cur:
-		h.buf = h.buf[:size-h.base]
-		h.size.Store(size)
-		h.dirty = true
-		return 0
 	}
+	// Cut within the window or zero-fill past the end:
+	// upload.Window.Truncate.
 	h.dirty = true
-	return h.extend(size)
+	if err := h.win.Truncate(size); err != nil {
+		return h.fsys.errno("truncate", h.key, err)
+	}
+	h.size.Store(size)
+	return 0
 }
 
 // Read implements fs.FileReader for O_RDWR handles: bytes still held by
@@ -259,14 +242,10 @@ func (h *writeHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 		return rd.Read(ctx, dest, off)
 	}
 	defer h.mu.Unlock()
-	end := h.base + int64(len(h.buf))
-	switch {
-	case off >= end:
-		return fuse.ReadResultData(nil), 0
-	case off < h.base:
-		return nil, syscall.EBADF
+	k, err := h.win.ReadAt(dest, off)
+	if err != nil {
+		return nil, h.fsys.errno("read", h.key, err) // EBADF: pushed bytes
 	}
-	k := copy(dest, h.buf[off-h.base:])
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
@@ -334,7 +313,7 @@ func (h *writeHandle) abortLocked(errno syscall.Errno) {
 		}
 		h.w = nil
 	}
-	h.buf = nil
+	h.win.Discard()
 	h.state, h.errno = wsFailed, errno
 	h.unregister()
 	h.n.dropIfPhantom()
@@ -360,16 +339,17 @@ func (h *writeHandle) commitLocked() syscall.Errno {
 		h.abortLocked(errno)
 		return errno
 	}
-	if len(h.buf) > 0 {
-		if _, err := h.w.Write(h.buf); err != nil {
+	if held := h.win.Held(); len(held) > 0 {
+		if _, err := h.w.Write(held); err != nil {
 			errno := h.fsys.errno("write", h.key, err)
 			h.abortLocked(errno)
 			return errno
 		}
 	}
-	size := h.base + int64(len(h.buf))
+	size := h.win.End()
 	info, err := h.w.Commit(h.fsys.bg)
-	h.w, h.buf = nil, nil
+	h.w = nil
+	h.win.Discard()
 	if err != nil {
 		errno := h.fsys.errno("commit", h.key, err)
 		h.fsys.log.Error("upload failed; close() reports it", "key", h.key, "errno", errno)
@@ -398,7 +378,7 @@ func (n *fileNode) committed(key string, info objclient.ObjectInfo, size int64) 
 	n.exists, n.stale = true, false
 	d, name := n.dir, n.name
 	n.mu.Unlock()
-	d.commitPending(name, n, fileEnt(objclient.ObjectInfo{Size: info.Size, ETag: info.ETag, LastModified: info.LastModified}, f.now()))
+	d.commitPending(name, n, namespace.FileEntry(objclient.ObjectInfo{Size: info.Size, ETag: info.ETag, LastModified: info.LastModified}, f.now()))
 	f.invalidate(key)
 }
 

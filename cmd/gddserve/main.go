@@ -19,10 +19,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/internal/gddpath"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -81,10 +81,9 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		resolve = keyResolver(store, *prefix)
-		create = func(ctx context.Context, path string) (gdd.Upload, error) {
-			return gdd.StoreUpload(ctx, store, *prefix+strings.TrimPrefix(path, "/"))
-		}
+		// The mount's resolver, with "/" standing for the mount point.
+		resolve = gddpath.Resolver(store, nil, "/", *prefix)
+		create = gddpath.Creator(store, nil, "/", *prefix, false)
 	}
 
 	var dev gdd.Device
@@ -151,16 +150,3 @@ type fileSource struct {
 var _ gdd.Source = (*fileSource)(nil)
 
 func (s *fileSource) Close() error { return s.f.Close() }
-
-// keyResolver serves prefix+path keys of store, pinned to the ETag seen at
-// Stat so a replaced object fails instead of mixing versions.
-func keyResolver(store objclient.Store, prefix string) func(ctx context.Context, path string) (gdd.Source, error) {
-	return func(ctx context.Context, path string) (gdd.Source, error) {
-		key := prefix + strings.TrimPrefix(path, "/")
-		info, err := store.Stat(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return gdd.KeySource(store, key, info.ETag, info.Size), nil
-	}
-}

@@ -201,16 +201,6 @@ func TestMountpointChecks(t *testing.T) {
 	}
 }
 
-// The mount table parsing itself is tested by TestMountinfo.
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/mnt/with\040space`); got != "/mnt/with space" {
-		t.Errorf("unescape = %q", got)
-	}
-	if got := unescapeMount(`a\134b\011c\`); got != "a\\b\tc\\" {
-		t.Errorf("unescape = %q", got)
-	}
-}
-
 func TestMemoryLimit(t *testing.T) {
 	write := func(root, rel, content string) {
 		p := filepath.Join(root, rel)

@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/internal/gddpath"
 	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/prefetch"
 )
@@ -44,27 +43,9 @@ func (g *gddFlags) validate() error {
 	return nil
 }
 
-// gddKey maps a request path (absolute under mp, or relative to the
-// mount's root) to its object key. gdd.ErrNotFound for a path outside.
-func gddKey(p, mp, prefix string) (string, error) {
-	rel := p
-	if filepath.IsAbs(p) {
-		r, err := filepath.Rel(mp, filepath.Clean(p))
-		if err != nil || r == "." || r == ".." || strings.HasPrefix(r, "../") {
-			return "", fmt.Errorf("%s is not a file under the mount %s: %w", p, mp, gdd.ErrNotFound)
-		}
-		rel = r
-	}
-	rel = filepath.ToSlash(filepath.Clean(rel))
-	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || strings.HasPrefix(rel, "/") {
-		return "", fmt.Errorf("%q does not name a file under the mount: %w", p, gdd.ErrNotFound)
-	}
-	return prefix + rel, nil
-}
-
 // startGDD opens the device and serves placements on g.socket until the
 // returned stop is called. With no socket it does nothing. stop is never nil.
-// Placements read through pm when it is not nil (see gddResolver); saves
+// Placements read through pm when it is not nil (see gddpath.Resolver); saves
 // are refused when readOnly.
 func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, prefix string, readOnly bool, log *slog.Logger) (stop func(), err error) {
 	if g.socket == "" {
@@ -95,8 +76,8 @@ func startGDD(g *gddFlags, store objclient.Store, pm *prefetch.Manager, mp, pref
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddResolver(store, pm, mp, prefix),
-			Create: gddCreator(store, pm, mp, prefix, readOnly), Logger: log}); err != nil {
+		if err := gdd.Serve(ctx, ln, gdd.ServeOptions{Placer: placer, Resolve: gddpath.Resolver(store, pm, mp, prefix),
+			Create: gddpath.Creator(store, pm, mp, prefix, readOnly), Logger: log}); err != nil {
 			log.Error("placement service stopped", "err", err)
 		}
 	}()

@@ -12,30 +12,8 @@ import (
 	"time"
 
 	"github.com/os2g/os2g/gdd"
-	"github.com/os2g/os2g/objclient"
 	"github.com/os2g/os2g/objclient/objtest"
 )
-
-func TestGDDResolver(t *testing.T) {
-	store := objtest.NewMem()
-	store.PutObject("data/train/a.bin", []byte("hello"), "", nil)
-	resolve := gddResolver(store, nil, "/mnt/s3", "data/")
-	ctx := context.Background()
-	for _, p := range []string{"/mnt/s3/train/a.bin", "train/a.bin", "/mnt/s3/train/../train/a.bin", "./train/a.bin"} {
-		src, err := resolve(ctx, p)
-		if err != nil || src.Size() != 5 {
-			t.Errorf("resolve(%q) = %v, %v; want a 5-byte source", p, src, err)
-		}
-	}
-	for _, p := range []string{"/mnt/other/a.bin", "/mnt/s3", "../x", "/mnt/s3/../s3x/a"} {
-		if _, err := resolve(ctx, p); !errors.Is(err, gdd.ErrNotFound) {
-			t.Errorf("resolve(%q) error %v; want gdd.ErrNotFound", p, err)
-		}
-	}
-	if _, err := resolve(ctx, "train/missing.bin"); !errors.Is(err, objclient.ErrNotFound) {
-		t.Errorf("missing key: %v; want objclient.ErrNotFound", err)
-	}
-}
 
 // TestGDDService places an object into a simulated device's shared-memory
 // destination through the daemon's socket, as a client process would.

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 // Mount helper mode (fstab, mount -t fuse.os2g).
@@ -136,7 +138,7 @@ func helperAlreadyMounted(args []string) bool {
 	if r, err := filepath.EvalSymlinks(mp); err == nil {
 		mp = r
 	}
-	m, ok := mountAt(mp)
+	m, ok := mountinfo.At(mountinfo.Self(), mp)
 	return ok && m.FSType == osFSType && m.Source == u.String()
 }
 

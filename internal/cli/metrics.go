@@ -2,12 +2,19 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/os2g/os2g/diskcache"
 	"github.com/os2g/os2g/objclient"
 )
 
@@ -124,4 +131,68 @@ func registerLogInfo(reg prometheus.Registerer, destination string) {
 	})
 	g.Set(1)
 	reg.MustRegister(g)
+}
+
+// diskCacheCollector exports a disk cache's counters as os2g_diskcache_*.
+type diskCacheCollector struct {
+	c     *diskcache.Cache
+	descs map[string]*prometheus.Desc
+}
+
+var _ prometheus.Collector = (*diskCacheCollector)(nil)
+
+// newDiskCacheCollector returns a collector of c's Stats.
+func newDiskCacheCollector(c *diskcache.Cache) *diskCacheCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("os2g_diskcache_"+name, help, nil, nil)
+	}
+	return &diskCacheCollector{c: c, descs: map[string]*prometheus.Desc{
+		"hits":      d("hits_total", "Opens served from the disk cache."),
+		"misses":    d("misses_total", "Opens the disk cache could not serve."),
+		"entries":   d("entries", "Objects held in the disk cache."),
+		"bytes":     d("bytes", "Content bytes held in the disk cache."),
+		"evictions": d("evictions_total", "Entries evicted to stay within --cache-size."),
+		"corrupt":   d("corrupt_total", "Entries dropped because a checksum failed."),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (d *diskCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range d.descs {
+		ch <- v
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (d *diskCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	s := d.c.Stats()
+	ch <- prometheus.MustNewConstMetric(d.descs["hits"], prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(d.descs["misses"], prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(d.descs["entries"], prometheus.GaugeValue, float64(s.Entries))
+	ch <- prometheus.MustNewConstMetric(d.descs["bytes"], prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(d.descs["evictions"], prometheus.CounterValue, float64(s.Evictions))
+	ch <- prometheus.MustNewConstMetric(d.descs["corrupt"], prometheus.CounterValue, float64(s.Corrupt))
+}
+
+// serveMetrics serves reg's metrics (GET /metrics) and Go's profiler
+// (/debug/pprof/, for "go tool pprof http://ADDR/debug/pprof/profile") over
+// TCP at addr until stop is called; "" serves nothing. stop is never nil
+// when err is nil.
+func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { hs.Close() }, nil
 }

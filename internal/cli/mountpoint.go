@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 // errStaleMount: the mount point is a FUSE mount whose daemon is gone.
@@ -23,47 +24,10 @@ type silent struct{ err error }
 func (s silent) Error() string { return "" }
 func (s silent) Unwrap() error { return s.err }
 
-// mountEntry is one mount of /proc/self/mountinfo.
-type mountEntry struct {
-	Source, Target, FSType, Options string
-}
-
-// unescapeMount undoes the kernel's octal escaping of " \t\n\\" in mount tables.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// mountAt returns the last (topmost) mount whose target is path, if any.
-func mountAt(path string) (mountEntry, bool) {
-	ms := selfMounts()
-	var found mountEntry
-	ok := false
-	for _, m := range ms {
-		if m.Target == path {
-			found, ok = m, true
-		}
-	}
-	return found, ok
-}
-
 // IsMounted reports whether path (absolute, clean) is the target of a mount
 // in /proc/self/mountinfo.
 func IsMounted(path string) bool {
-	_, ok := mountAt(path)
+	_, ok := mountinfo.At(mountinfo.Self(), path)
 	return ok
 }
 
@@ -92,7 +56,7 @@ func checkMountpoint(mp string, nonempty bool) (string, error) {
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
-	if m, ok := mountAt(abs); ok && strings.HasPrefix(m.FSType, "fuse") {
+	if m, ok := mountinfo.At(mountinfo.Self(), abs); ok && strings.HasPrefix(m.FSType, "fuse") {
 		// stat may be answered from the kernel's attribute cache; statfs
 		// always reaches the daemon, so it tells a dead one from a live one.
 		var sfs syscall.Statfs_t

@@ -1,19 +1,12 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,15 +15,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 
-	"github.com/os2g/os2g/diskcache"
-	"github.com/os2g/os2g/gdd"
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 const statsUsage = `Usage: os2g stats [--raw] MOUNTPOINT
@@ -47,183 +37,6 @@ format.
 // osFSType is the file system type an os2g mount has in the mount table
 // (go-fuse: "fuse." + fuse.MountOptions.Name).
 const osFSType = "fuse.os2g"
-
-// controlSocketName is the file name of the control socket of the mount
-// at mp (absolute, symlinks resolved): the first 16 hex digits of the
-// SHA-256 of the path, plus ".sock".
-func controlSocketName(mp string) string {
-	sum := sha256.Sum256([]byte(mp))
-	return hex.EncodeToString(sum[:])[:16] + ".sock"
-}
-
-// controlSocketPaths lists the places the control socket of mp may be, in
-// the order the daemon tries them: /run/os2g, then os2g-UID under
-// os.TempDir() (for a daemon that cannot write /run).
-func controlSocketPaths(mp string) []string {
-	name := controlSocketName(mp)
-	return []string{
-		filepath.Join("/run/os2g", name),
-		filepath.Join(os.TempDir(), "os2g-"+strconv.Itoa(os.Geteuid()), name),
-	}
-}
-
-// privateDir creates dir (mode 0700) if needed and checks that it is a
-// directory owned by this user that nobody else can enter.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() || st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%s is not a private directory of uid %d (mode %v)", dir, os.Geteuid(), st.Mode())
-	}
-	return nil
-}
-
-// controlRoute is one more handler of the control socket (e.g. POST
-// /hint, package hint).
-type controlRoute struct {
-	pattern string
-	h       http.Handler
-}
-
-// startControl serves reg's metrics over HTTP (GET /metrics), and routes,
-// on the control socket of the mount at mp (mode 0600, in a 0700
-// directory) until stop is called, which removes the socket. A socket left by a daemon that
-// died is replaced. If no place works it logs a warning and serves
-// nothing: the mount works without it. stop is never nil.
-func startControl(reg *prometheus.Registry, mp string, log *slog.Logger, routes ...controlRoute) (stop func()) {
-	var errs []error
-	for _, p := range controlSocketPaths(mp) {
-		if err := privateDir(filepath.Dir(p)); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		ln, err := gdd.Listen(p, 0o600)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		for _, r := range routes {
-			mux.Handle(r.pattern, r.h)
-		}
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(ln)
-		log.Info("serving the control socket", "socket", p)
-		return func() {
-			hs.Close()
-			ln.Close() // removes the socket (hs.Close may have closed ln already)
-		}
-	}
-	log.Warn("no control socket: os2g stats will not find this daemon", "err", oneLine(errors.Join(errs...).Error()))
-	return func() {}
-}
-
-// diskCacheCollector exports a disk cache's counters as os2g_diskcache_*.
-type diskCacheCollector struct {
-	c     *diskcache.Cache
-	descs map[string]*prometheus.Desc
-}
-
-var _ prometheus.Collector = (*diskCacheCollector)(nil)
-
-// newDiskCacheCollector returns a collector of c's Stats.
-func newDiskCacheCollector(c *diskcache.Cache) *diskCacheCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("os2g_diskcache_"+name, help, nil, nil)
-	}
-	return &diskCacheCollector{c: c, descs: map[string]*prometheus.Desc{
-		"hits":      d("hits_total", "Opens served from the disk cache."),
-		"misses":    d("misses_total", "Opens the disk cache could not serve."),
-		"entries":   d("entries", "Objects held in the disk cache."),
-		"bytes":     d("bytes", "Content bytes held in the disk cache."),
-		"evictions": d("evictions_total", "Entries evicted to stay within --cache-size."),
-		"corrupt":   d("corrupt_total", "Entries dropped because a checksum failed."),
-	}}
-}
-
-// Describe implements prometheus.Collector.
-func (d *diskCacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, v := range d.descs {
-		ch <- v
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (d *diskCacheCollector) Collect(ch chan<- prometheus.Metric) {
-	s := d.c.Stats()
-	ch <- prometheus.MustNewConstMetric(d.descs["hits"], prometheus.CounterValue, float64(s.Hits))
-	ch <- prometheus.MustNewConstMetric(d.descs["misses"], prometheus.CounterValue, float64(s.Misses))
-	ch <- prometheus.MustNewConstMetric(d.descs["entries"], prometheus.GaugeValue, float64(s.Entries))
-	ch <- prometheus.MustNewConstMetric(d.descs["bytes"], prometheus.GaugeValue, float64(s.Bytes))
-	ch <- prometheus.MustNewConstMetric(d.descs["evictions"], prometheus.CounterValue, float64(s.Evictions))
-	ch <- prometheus.MustNewConstMetric(d.descs["corrupt"], prometheus.CounterValue, float64(s.Corrupt))
-}
-
-// readMountinfo parses a mountinfo table (the format of
-// /proc/self/mountinfo): "ID PARENT MAJ:MIN ROOT TARGET OPTS [TAGS...] -
-// FSTYPE SOURCE SUPEROPTS", with octal escapes in paths.
-func readMountinfo(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 6 || sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		out = append(out, mountEntry{Target: unescapeMount(f[4]), Options: f[5], FSType: f[sep+1], Source: unescapeMount(f[sep+2])})
-	}
-	return out, sc.Err()
-}
-
-// enclosingMount returns the mount of ms that holds path (absolute, clean,
-// symlinks resolved): the longest target that is path or a parent of it,
-// the last (topmost) of equal ones.
-func enclosingMount(ms []mountEntry, path string) (mountEntry, bool) {
-	var best mountEntry
-	found := false
-	for _, m := range ms {
-		t := m.Target
-		if t != path && t != "/" && !strings.HasPrefix(path, t+"/") {
-			continue
-		}
-		if !found || len(t) >= len(best.Target) {
-			best, found = m, true
-		}
-	}
-	return best, found
-}
-
-// selfMounts returns the mounts of /proc/self/mountinfo (none if it
-// cannot be read).
-func selfMounts() []mountEntry {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	ms, _ := readMountinfo(f)
-	return ms
-}
-
-// mountOf returns the mount holding path, from /proc/self/mountinfo.
-func mountOf(path string) (mountEntry, bool) {
-	return enclosingMount(selfMounts(), path)
-}
 
 // resolvePath makes p absolute and resolves symlinks; a path that does not
 // exist is an error saying so. On a stale mount (ENOTCONN) it returns the
@@ -244,35 +57,6 @@ func resolvePath(p string) (string, error) {
 	default:
 		return "", fmt.Errorf("%s: %w", abs, err)
 	}
-}
-
-// fetchMetrics GETs /metrics from the control socket at sock.
-func fetchMetrics(ctx context.Context, sock string) ([]byte, error) {
-	c := &http.Client{
-		Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}},
-	}
-	defer c.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://os2g/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", resp.Status, oneLine(string(body)))
-	}
-	return body, nil
 }
 
 func newStatsCmd(e Env) *cobra.Command {
@@ -298,7 +82,7 @@ func runStats(ctx context.Context, e Env, raw bool, target string) error {
 	if err != nil {
 		return err
 	}
-	m, ok := mountOf(p)
+	m, ok := mountinfo.Enclosing(mountinfo.Self(), p)
 	if !ok || m.FSType != osFSType {
 		if ok {
 			return fmt.Errorf("%s is not an os2g mount (it is on %s, file system %s from %s)", p, m.Target, m.FSType, m.Source)

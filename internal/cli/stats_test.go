@@ -196,38 +196,6 @@ func TestControlEndpoint(t *testing.T) {
 	}
 }
 
-func TestMountinfo(t *testing.T) {
-	table := "22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n" +
-		"30 22 0:25 / /tmp rw,nosuid - tmpfs tmpfs rw\n" +
-		"41 30 0:40 / /tmp/with\\040space rw,nosuid,nodev,relatime shared:7 master:2 - fuse.os2g s3://b/p/ rw,user_id=0\n" +
-		"42 30 0:41 / /tmp/with rw - fuse.other x rw\n" +
-		"garbage\n"
-	ms, err := readMountinfo(strings.NewReader(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) != 4 {
-		t.Fatalf("%d entries: %+v", len(ms), ms)
-	}
-	if m := ms[2]; m.Target != "/tmp/with space" || m.FSType != "fuse.os2g" || m.Source != "s3://b/p/" {
-		t.Errorf("entry = %+v", m)
-	}
-	tests := []struct{ path, target, fstype string }{
-		{"/tmp/with space", "/tmp/with space", "fuse.os2g"},
-		{"/tmp/with space/train/a.png", "/tmp/with space", "fuse.os2g"},
-		{"/tmp/without", "/tmp", "tmpfs"},
-		{"/tmp/with/x", "/tmp/with", "fuse.other"},
-		{"/home/u", "/", "ext4"},
-		{"/", "/", "ext4"},
-	}
-	for _, tc := range tests {
-		m, ok := enclosingMount(ms, tc.path)
-		if !ok || m.Target != tc.target || m.FSType != tc.fstype {
-			t.Errorf("enclosingMount(%q) = %+v, %v; want %s %s", tc.path, m, ok, tc.target, tc.fstype)
-		}
-	}
-}
-
 func TestStatsErrors(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {

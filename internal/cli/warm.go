@@ -15,6 +15,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
 const warmUsage = `Usage: os2g warm [--concurrency N] PATH...
@@ -173,7 +175,7 @@ func runWarm(ctx context.Context, e Env, concurrency int, pos []string) error {
 		if _, err := os.Stat(r); err != nil {
 			return fmt.Errorf("%s: %w", r, err)
 		}
-		if m, ok := mountOf(r); !ok || m.FSType != osFSType {
+		if m, ok := mountinfo.Enclosing(mountinfo.Self(), r); !ok || m.FSType != osFSType {
 			fmt.Fprintf(e.Stderr, "os2g: warm: warning: %s is not on an os2g mount (it is on %s, %s); reading it anyway\n", r, m.Target, m.FSType)
 		}
 		paths = append(paths, r)

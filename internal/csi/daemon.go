@@ -122,8 +122,8 @@ func startDaemon(ctx context.Context, log *slog.Logger, bin string, spec mountSp
 			d.stop(log, volumeID, 10*time.Second)
 			return nil, err
 		}
-		if ok && strings.HasPrefix(m.fstype, "fuse") && answers(staging, time.Second) {
-			d.dev = m.dev
+		if ok && strings.HasPrefix(m.FSType, "fuse") && answers(staging, time.Second) {
+			d.dev = m.Dev
 			return d, nil
 		}
 		select {

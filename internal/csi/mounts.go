@@ -1,88 +1,34 @@
 package csi
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/os2g/os2g/internal/mountinfo"
 )
 
-// mountInfo is one line of /proc/self/mountinfo.
-type mountInfo struct {
-	target string // mount point, unescaped
-	fstype string // e.g. "fuse.os2g", "fuse", "tmpfs"
-	dev    string // MAJ:MIN of the file system; for FUSE, MIN names the connection
-}
-
-// readMounts parses /proc/self/mountinfo (proc(5)).
-func readMounts() ([]mountInfo, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+// readMounts parses /proc/self/mountinfo.
+func readMounts() ([]mountinfo.Entry, error) {
+	f, err := os.Open(mountinfo.SelfPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var ms []mountInfo
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT TARGET OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 {
-			continue
-		}
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(fields) {
-			continue
-		}
-		ms = append(ms, mountInfo{target: unescapeOctal(fields[4]), fstype: fields[sep+1], dev: fields[2]})
-	}
-	return ms, sc.Err()
-}
-
-// unescapeOctal undoes the kernel's \NNN escaping of space, tab, newline
-// and backslash in mount tables.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return mountinfo.Parse(f)
 }
 
 // mountedAt returns the topmost mount whose target is path (absolute,
 // clean), if any.
-func mountedAt(path string) (mountInfo, bool, error) {
+func mountedAt(path string) (mountinfo.Entry, bool, error) {
 	ms, err := readMounts()
 	if err != nil {
-		return mountInfo{}, false, err
+		return mountinfo.Entry{}, false, err
 	}
-	var found mountInfo
-	ok := false
-	for _, m := range ms {
-		if m.target == path {
-			found, ok = m, true
-		}
-	}
-	return found, ok, nil
+	m, ok := mountinfo.At(ms, path)
+	return m, ok, nil
 }
 
 // bindMount bind-mounts source onto target, read-only if ro. A failure of

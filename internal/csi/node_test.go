@@ -381,8 +381,8 @@ func assertNothingLeft(t *testing.T, h *harness, id, target string) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if strings.HasPrefix(m.target, h.tmp) {
-			t.Errorf("%s (%s) is mounted after a failed publish", m.target, m.fstype)
+		if strings.HasPrefix(m.Target, h.tmp) {
+			t.Errorf("%s (%s) is mounted after a failed publish", m.Target, m.FSType)
 		}
 	}
 	if h.daemonOf(id) != nil {

@@ -6,8 +6,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/os2g/os2g/namespace"
 )
 
 // Dataset mode: on a mount that is both read-only and immutable (and has no
@@ -66,62 +67,10 @@ func (f *filesys) noOpen() bool {
 	return f.o.ReadOnly && f.o.Immutable && f.dc == nil
 }
 
-var (
-	_ fs.NodeReader  = (*fileNode)(nil)
-	_ fs.NodeFlusher = (*fileNode)(nil)
-)
-
-// Read implements fs.NodeReader: a READ with a handle goes to the handle,
-// one without (dataset mode) to the file's sharedReader.
-func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
-	defer cancel()
-	if fr, ok := fh.(fs.FileReader); ok {
-		return fr.Read(ctx, dest, off)
-	}
-	if fh != nil {
-		return nil, syscall.EBADF
-	}
-	return n.sharedRead(ctx, dest, off)
-}
-
 // readInterruptGrace is how long a READ (or a LOOKUP that has to ask
 // the store) goes on after the kernel has forwarded a signal of the
 // caller as an INTERRUPT.
 const readInterruptGrace = 250 * time.Millisecond
-
-// interruptGrace returns a context that ends grace after ctx does (or when
-// cancel is called). A FUSE INTERRUPT comes for any signal the reading
-// thread takes, and Go programs take SIGURG (goroutine preemption) all the
-// time: in a Go reader of small files, about a third of the READs were
-// interrupted and restarted. Most READs finish within the grace, and
-// answering them normally after an INTERRUPT is allowed; a READ that waits
-// longer (a hung server) still ends promptly on Ctrl-C. Fatal signals need
-// no answer at all: the kernel stops waiting for a dying task.
-func interruptGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	if ctx.Done() == nil {
-		return ctx, func() {}
-	}
-	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-	return g, func() {
-		stop()
-		cancel()
-	}
-}
-
-// Flush implements fs.NodeFlusher. Without a handle (dataset mode) it
-// answers ENOSYS, so that the kernel stops sending FLUSH on close.
-func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	n.fsys.flushCalls.Add(1)
-	if fl, ok := fh.(fs.FileFlusher); ok {
-		return fl.Flush(ctx)
-	}
-	if fh == nil && n.fsys.noOpen() {
-		return syscall.ENOSYS
-	}
-	return 0
-}
 
 // sharedRead serves a READ that carries no handle.
 func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -145,7 +94,7 @@ func (n *fileNode) sharedRead(ctx context.Context, dest []byte, off int64) (fuse
 		if !n.exists {
 			info = objInfo{}
 		}
-		s = &sharedReader{h: f.newReadHandle(n, childKey(n.dir.key, n.name), info), last: f.now()}
+		s = &sharedReader{h: f.newReadHandle(n, namespace.ChildKey(n.dir.key, n.name), info), last: f.now()}
 		n.shared = s
 		f.trackShared(n, s)
 	}
