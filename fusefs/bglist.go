@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,17 +20,13 @@ import (
 // file. Lookups meanwhile are answered by probes (refreshStale).
 const refreshMinEntries = 16
 
-// coldListMisses: a directory with no fresh complete listing that gets
-// this many lookup misses within MetadataTTL (names opened without ever
-// reading the directory, e.g. a dataset index) is listed in the
-// background, so that later lookups need no LIST and the prefetcher
-// learns the directory (epoch pre-reading). Lookups meanwhile are
-// answered by probes.
-const coldListMisses = 8
-
-// coldListBackoff: after a failed background listing triggered by misses,
-// none is tried again for this long (lookups keep using probes).
-const coldListBackoff = time.Minute
+// coldListMisses and coldListBackoff: see namespace.ColdListMisses and
+// namespace.ColdListBackoff. Lookups meanwhile are answered by probes,
+// and the prefetcher learns the directory (epoch pre-reading).
+const (
+	coldListMisses  = namespace.ColdListMisses
+	coldListBackoff = namespace.ColdListBackoff
+)
 
 // listWaitMisses is how many waits for one background listing may give
 // up before lookups stop waiting for it, unless more of its waits were
@@ -122,15 +117,7 @@ func (d *dirNode) listedUpToLocked(key string) {
 // that should start a background listing; d.mu must be held.
 func (d *dirNode) noteMissLocked() bool {
 	f := d.fsys
-	now := f.now()
-	if d.coldFailAt != 0 && now-d.coldFailAt < int64(coldListBackoff) {
-		return false
-	}
-	if !f.fresh(d.missAt, f.o.MetadataTTL) {
-		d.misses, d.missAt = 0, now
-	}
-	d.misses++
-	return d.misses >= coldListMisses
+	return d.cold.Note(f.now(), func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) })
 }
 
 // refreshKind says why a background listing runs, which decides whether
@@ -153,7 +140,7 @@ const (
 // refresh to run; d.mu must be held and d.refreshing false.
 func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.refreshing = true
-	d.misses, d.missAt = 0, 0
+	d.cold.Reset()
 	d.listKey, d.listFrom, d.listGen = "", d.fsys.now(), d.gen
 	d.listAdvance = make(chan struct{})
 	d.listKind = kind
@@ -182,13 +169,12 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 	}
 }
 
-// preListMax and preListConcurrency bound the subdirectories that one
-// detected walk has listed in the background, and how many such listings
-// run at a time on the mount; walkWindow is how close together two
-// subdirectory listings must start to count as a walk.
+// preListMax bounds the subdirectories that one detected walk has listed
+// in the background; walkWindow is how close together two subdirectory
+// listings must start to count as a walk (namespace.Walk).
 const (
 	preListMax = 1024
-	walkWindow = 10 * time.Second
+	walkWindow = namespace.WalkWindow
 )
 
 // The entry budget of one walk's background listings, and how many run
@@ -215,27 +201,12 @@ func (d *dirNode) noteWalk() {
 	}
 	now := f.now()
 	p.mu.Lock()
-	if p.preListed {
-		p.mu.Unlock()
-		return
-	}
-	if now-p.walkAt > int64(walkWindow) {
-		p.walked = 0
-	}
-	p.walkAt = now
-	p.walked++
 	var names []string
-	if p.walked >= 2 && f.fresh(p.completeAt, f.o.MetadataTTL) {
-		p.preListed = true
-		for name, e := range p.ents {
-			if e.Dir && name != self { // self is being listed by its readdir
-				names = append(names, name)
-			}
-		}
+	if p.walk.Note(now, f.fresh(p.completeAt, f.o.MetadataTTL)) {
+		names = namespace.WalkTargets(p.ents, self) // self is being listed by its readdir
 	}
 	p.mu.Unlock()
 	if names != nil {
-		slices.Sort(names)
 		p.preListChildren(names)
 	}
 }
@@ -310,7 +281,7 @@ func (d *dirNode) refresh(kind refreshKind, budget *atomic.Int64) {
 			d.listAdvance = nil
 		}
 		if failed {
-			d.coldFailAt = d.fsys.now()
+			d.cold.Failed(d.fsys.now())
 		}
 		d.mu.Unlock()
 	}()

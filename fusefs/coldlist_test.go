@@ -143,7 +143,7 @@ func TestColdDirectoryListingFails(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	waitRefresh(t, d, func(d *dirNode) bool { return d.coldFailAt != 0 })
+	waitRefresh(t, d, func(d *dirNode) bool { return d.cold.FailedAt() != 0 })
 	for i := coldListMisses; i < coldFiles; i++ {
 		statCold(t, mnt, i)
 	}

@@ -44,11 +44,9 @@ type dirNode struct {
 	// listed: a complete listing happened at least once; refreshing: a
 	// background listing runs (see refresh).
 	listed, refreshing bool
-	// misses counts lookups since missAt (unix ns) that the cache could
-	// not answer; the coldListMisses-th within MetadataTTL starts a
-	// background listing. coldFailAt: when such a listing last failed.
-	misses             int
-	missAt, coldFailAt int64
+	// cold counts lookups that the cache could not answer; the
+	// coldListMisses-th within MetadataTTL starts a background listing.
+	cold namespace.ColdMisses
 	// While refreshing: every name whose key+"/" sorts at or before
 	// listKey has been decided by the background listing, which began at
 	// listFrom (unix ns) when gen was listGen; listAdvance is closed (and
@@ -62,12 +60,9 @@ type dirNode struct {
 	listKind             refreshKind
 	listSeq              uint64 // counts background listings started
 	waitHits, waitMisses int
-	// walked counts readdirs of subdirectories started since walkAt
-	// (unix ns, the latest); preListed: a walk was detected and the
-	// other subdirectories were handed to preListChildren (noteWalk).
-	walked    int
-	walkAt    int64
-	preListed bool
+	// walk: readdirs of subdirectories started; once it detects a walk,
+	// the other subdirectories were handed to preListChildren (noteWalk).
+	walk namespace.Walk
 }
 
 var (
