@@ -148,7 +148,7 @@ func TestColdDirectoryListingFails(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d.mu.Lock()
-	listed, nneg := d.listed, len(d.neg)
+	listed, nneg := d.listed, d.neg.Len()
 	d.mu.Unlock()
 	if listed || nneg != 0 {
 		t.Errorf("after a failed listing: listed %v, %d negative entries; want false, 0", listed, nneg)

@@ -16,9 +16,6 @@ import (
 // namespace.Entry).
 type dirent = namespace.Entry
 
-// maxNegative bounds a directory's negative cache (names known absent).
-const maxNegative = 4096
-
 // dirNode is a directory: the key prefix key ("" or ending in "/"),
 // whether or not a marker object exists for it.
 type dirNode struct {
@@ -30,9 +27,9 @@ type dirNode struct {
 	// directory, "" if none; immutable.
 	xdirKey string
 
-	mu   sync.Mutex        // guards the fields below
-	ents map[string]dirent // names learned (positive cache)
-	neg  map[string]int64  // names known absent -> unix ns
+	mu   sync.Mutex         // guards the fields below
+	ents map[string]dirent  // names learned (positive cache)
+	neg  namespace.Negative // names known absent
 	// completeAt is the start time (unix ns) of the last complete listing
 	// that no mutation has invalidated since; 0 if none. While fresh,
 	// ents is the whole directory.
@@ -79,7 +76,7 @@ var (
 )
 
 func newDirNode(f *filesys, key, xdirKey string) *dirNode {
-	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, neg: map[string]int64{}, pending: map[string]*fileNode{}}
+	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, pending: map[string]*fileNode{}}
 }
 
 // Getattr implements fs.NodeGetattrer.
@@ -149,7 +146,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
-	if t, ok := d.neg[name]; ok && f.fresh(t, f.o.NegativeTTL) {
+	if d.neg.Absent(name, func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }) {
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
@@ -199,15 +196,12 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		return dirent{}, nil, syscall.ENOENT
 	}
 	d.ents[name] = ent
-	delete(d.neg, name)
+	d.neg.Forget(name)
 	return ent, nil, 0
 }
 
 func (d *dirNode) setNegLocked(name string) {
-	if len(d.neg) >= maxNegative {
-		d.neg = map[string]int64{}
-	}
-	d.neg[name] = d.fsys.now()
+	d.neg.Add(name, d.fsys.now())
 	delete(d.ents, name)
 }
 
@@ -255,7 +249,7 @@ func (d *dirNode) noteEnt(name string, e dirent) {
 // noteEntLocked is noteEnt with d.mu held.
 func (d *dirNode) noteEntLocked(name string, e dirent) {
 	d.ents[name] = e
-	delete(d.neg, name)
+	d.neg.Forget(name)
 	d.completeAt = 0
 	d.gen++
 }
@@ -275,7 +269,7 @@ func (d *dirNode) forgetEnt(name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.ents, name)
-	delete(d.neg, name)
+	d.neg.Forget(name)
 	d.completeAt = 0
 	d.gen++
 }
@@ -297,7 +291,7 @@ func (d *dirNode) addPending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pending[name] = n
-	delete(d.neg, name)
+	d.neg.Forget(name)
 }
 
 // commitPending replaces the pending file n by its committed entry in

@@ -208,7 +208,7 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 			continue
 		}
 		d.ents[e.name] = e.e
-		delete(d.neg, e.name)
+		d.neg.Forget(e.name)
 		kept = append(kept, e)
 		if h.files != nil && !e.e.Dir {
 			h.files = append(h.files, prefetch.File{Key: namespace.ChildKey(d.key, e.name), Size: e.e.Size, ETag: e.e.ETag})
