@@ -28,11 +28,8 @@ const (
 	coldListBackoff = namespace.ColdListBackoff
 )
 
-// listWaitMisses is how many waits for one background listing may give
-// up before lookups stop waiting for it, unless more of its waits were
-// answered than gave up: a listing that walks a large directory in an
-// order the lookups do not follow is then left alone.
-const listWaitMisses = 8
+// listWaitMisses: see namespace.ListWaitMisses.
+const listWaitMisses = namespace.ListWaitMisses
 
 // awaitListingLocked waits for the background listing under way (d.mu
 // held on entry and on return, released while waiting) to decide name.
@@ -45,13 +42,13 @@ const listWaitMisses = 8
 // listing (versitygw's posix backend) a probe costs the server about as
 // much CPU as listing a thousand names.
 func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dirent, found, decided bool) {
-	if d.waitMisses >= listWaitMisses && d.waitHits <= d.waitMisses {
+	if !d.prog.Worth() {
 		return dirent{}, false, false
 	}
 	key := namespace.ChildKey(d.key, name) + "/"
 	var timer *time.Timer
 	for {
-		if d.listAdvance == nil {
+		if !d.prog.Running() {
 			// The listing ended; if it completed, ents is the directory.
 			if d.fsys.fresh(d.completeAt, d.fsys.o.MetadataTTL) {
 				e, ok := d.ents[name]
@@ -59,15 +56,15 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 			}
 			return dirent{}, false, false
 		}
-		if d.gen != d.listGen {
+		if d.gen != d.prog.Gen() {
 			return dirent{}, false, false
 		}
-		if key <= d.listKey {
+		if d.prog.Decided(key) {
 			if timer != nil {
-				d.waitHits++
+				d.prog.Hit()
 			}
 			e, ok := d.ents[name]
-			if ok && e.Seen >= d.listFrom {
+			if ok && e.Seen >= d.prog.From() {
 				return e, true, true
 			}
 			return dirent{}, false, true
@@ -76,41 +73,13 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 			timer = time.NewTimer(d.fsys.o.listWait)
 			defer timer.Stop()
 		}
-		if !d.waitListAdvanceLocked(ctx, timer) {
+		if !d.prog.Wait(ctx, timer, &d.mu) {
 			if ctx.Err() == nil {
-				d.waitMisses++
+				d.prog.Miss()
 			}
 			return dirent{}, false, false
 		}
 	}
-}
-
-// waitListAdvanceLocked waits, with d.mu released, until the background
-// listing under way moves or ends (true), or t fires or ctx ends (false).
-// d.mu is held on entry and on return; d.listAdvance must be non-nil.
-func (d *dirNode) waitListAdvanceLocked(ctx context.Context, t *time.Timer) bool {
-	ch := d.listAdvance
-	d.mu.Unlock()
-	defer d.mu.Lock()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// listedUpToLocked records that the background listing has decided every
-// name up to key and wakes the lookups waiting for it; d.mu must be held.
-func (d *dirNode) listedUpToLocked(key string) {
-	if d.listAdvance == nil || key <= d.listKey {
-		return
-	}
-	d.listKey = key
-	close(d.listAdvance)
-	d.listAdvance = make(chan struct{})
 }
 
 // noteMissLocked counts a lookup miss and reports whether it is the one
@@ -141,11 +110,8 @@ const (
 func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.refreshing = true
 	d.cold.Reset()
-	d.listKey, d.listFrom, d.listGen = "", d.fsys.now(), d.gen
-	d.listAdvance = make(chan struct{})
+	d.prog.Start(d.fsys.now(), d.gen)
 	d.listKind = kind
-	d.listSeq++
-	d.waitHits, d.waitMisses = 0, 0
 }
 
 // awaitRefresh waits, at most Options.refreshWait, until the background listing
@@ -159,11 +125,11 @@ func (d *dirNode) awaitRefresh(ctx context.Context) {
 	if !d.refreshing {
 		return
 	}
-	seq := d.listSeq
+	seq := d.prog.Seq()
 	timer := time.NewTimer(d.fsys.o.refreshWait)
 	defer timer.Stop()
-	for d.refreshing && d.listSeq == seq && d.listAdvance != nil {
-		if !d.waitListAdvanceLocked(ctx, timer) {
+	for d.refreshing && d.prog.Seq() == seq && d.prog.Running() {
+		if !d.prog.Wait(ctx, timer, &d.mu) {
 			return
 		}
 	}
@@ -276,10 +242,7 @@ func (d *dirNode) refresh(kind refreshKind, budget *atomic.Int64) {
 	defer func() {
 		d.mu.Lock()
 		d.refreshing = false
-		if d.listAdvance != nil {
-			close(d.listAdvance)
-			d.listAdvance = nil
-		}
+		d.prog.End()
 		if failed {
 			d.cold.Failed(d.fsys.now())
 		}

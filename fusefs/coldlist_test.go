@@ -214,7 +214,7 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 		t.Errorf("listing of d/ took %d pages, want %d", n, coldFiles/10)
 	}
 	d.mu.Lock()
-	hits, misses := d.waitHits, d.waitMisses
+	hits, misses := d.prog.Hits(), d.prog.Misses()
 	d.mu.Unlock()
 	if hits == 0 || misses != 0 {
 		t.Errorf("waits for the listing: %d answered, %d gave up; want some answered and none given up", hits, misses)
@@ -278,7 +278,7 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 		t.Errorf("%d probes, want %d (every lookup)", got, n)
 	}
 	d.mu.Lock()
-	hits, misses := d.waitHits, d.waitMisses
+	hits, misses := d.prog.Hits(), d.prog.Misses()
 	d.mu.Unlock()
 	if hits != 0 || misses != listWaitMisses {
 		t.Errorf("waits: %d answered, %d gave up; want 0 and %d", hits, misses, listWaitMisses)

@@ -44,19 +44,11 @@ type dirNode struct {
 	// cold counts lookups that the cache could not answer; the
 	// coldListMisses-th within MetadataTTL starts a background listing.
 	cold namespace.ColdMisses
-	// While refreshing: every name whose key+"/" sorts at or before
-	// listKey has been decided by the background listing, which began at
-	// listFrom (unix ns) when gen was listGen; listAdvance is closed (and
-	// replaced) each time listKey moves and when the listing ends.
-	// waitHits and waitMisses count this listing's lookups that it
-	// answered and those that gave up waiting (see awaitListingLocked).
-	listKey              string
-	listFrom             int64
-	listGen              uint64
-	listAdvance          chan struct{}
-	listKind             refreshKind
-	listSeq              uint64 // counts background listings started
-	waitHits, waitMisses int
+	// prog: while refreshing, how far the background listing has got,
+	// handed to the lookups that wait for it (awaitListingLocked), and
+	// how many of those waits it answered and how many gave up.
+	prog     namespace.Progress
+	listKind refreshKind
 	// walk: readdirs of subdirectories started; once it detects a walk,
 	// the other subdirectories were handed to preListChildren (noteWalk).
 	walk namespace.Walk

@@ -197,7 +197,7 @@ func TestStaleRelistLookupsProbe(t *testing.T) {
 	_, err := os.Lstat(join(mnt, "d", "absent"))
 	wantErrno(t, "lstat d/absent", err, syscall.ENOENT)
 	d.mu.Lock()
-	running, hits, misses := d.refreshing, d.waitHits, d.waitMisses
+	running, hits, misses := d.refreshing, d.prog.Hits(), d.prog.Misses()
 	d.mu.Unlock()
 	if !running {
 		t.Error("no background refresh of the stale listing")

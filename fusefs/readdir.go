@@ -54,7 +54,7 @@ type dirHandle struct {
 	last      listed
 	files     []prefetch.File // for Manager.NoteDir (nil without prefetch)
 	// track: this is the background listing (refresh) that lookups may
-	// wait for; each page moves d.listKey.
+	// wait for; each page moves d.prog.
 	track bool
 	// shortFirst: the first page is firstTrackedPage keys (lookups wait
 	// for this listing); walkNote: this readdir lists the directory from
@@ -215,7 +215,7 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		}
 	}
 	if h.track && !h.eof {
-		d.listedUpToLocked(h.l.DecidedUpTo(page))
+		d.prog.Advance(h.l.DecidedUpTo(page))
 	}
 	if h.eof && d.gen == h.startGen {
 		for name, e := range d.ents {
