@@ -34,7 +34,7 @@ const listWaitMisses = namespace.ListWaitMisses
 // awaitListingLocked waits for the background listing under way (d.mu
 // held on entry and on return, released while waiting) to decide name.
 // decided is false when the listing ends, fails or does not reach name
-// within Options.listWait, when ents changed under it, or when this listing has
+// within Options.listWait, when the cache changed under it, or when this listing has
 // stopped being worth waiting for; the caller then probes. Waiting
 // instead of probing matters when names are opened in listing order
 // without a readdir (a file of paths, a benchmark): each probe is a LIST
@@ -49,21 +49,21 @@ func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dire
 	var timer *time.Timer
 	for {
 		if !d.prog.Running() {
-			// The listing ended; if it completed, ents is the directory.
-			if d.fsys.fresh(d.completeAt, d.fsys.o.MetadataTTL) {
-				e, ok := d.ents[name]
+			// The listing ended; if it completed, the cache is the directory.
+			if d.fsys.fresh(d.cache.CompleteAt(), d.fsys.o.MetadataTTL) {
+				e, ok := d.cache.Entry(name)
 				return e, ok, true
 			}
 			return dirent{}, false, false
 		}
-		if d.gen != d.prog.Gen() {
+		if d.cache.Gen() != d.prog.Gen() {
 			return dirent{}, false, false
 		}
 		if d.prog.Decided(key) {
 			if timer != nil {
 				d.prog.Hit()
 			}
-			e, ok := d.ents[name]
+			e, ok := d.cache.Entry(name)
 			if ok && e.Seen >= d.prog.From() {
 				return e, true, true
 			}
@@ -110,7 +110,7 @@ const (
 func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.refreshing = true
 	d.cold.Reset()
-	d.prog.Start(d.fsys.now(), d.gen)
+	d.prog.Start(d.fsys.now(), d.cache.Gen())
 	d.listKind = kind
 }
 
@@ -168,8 +168,8 @@ func (d *dirNode) noteWalk() {
 	now := f.now()
 	p.mu.Lock()
 	var names []string
-	if p.walk.Note(now, f.fresh(p.completeAt, f.o.MetadataTTL)) {
-		names = namespace.WalkTargets(p.ents, self) // self is being listed by its readdir
+	if p.walk.Note(now, f.fresh(p.cache.CompleteAt(), f.o.MetadataTTL)) {
+		names = p.cache.Subdirs(self) // self is being listed by its readdir
 	}
 	p.mu.Unlock()
 	if names != nil {
@@ -223,7 +223,7 @@ func (d *dirNode) preListChildren(names []string) {
 func (d *dirNode) preList(budget *atomic.Int64) {
 	f := d.fsys
 	d.mu.Lock()
-	if d.refreshing || f.fresh(d.completeAt, f.o.MetadataTTL) {
+	if d.refreshing || f.fresh(d.cache.CompleteAt(), f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return
 	}

@@ -27,20 +27,13 @@ type dirNode struct {
 	// directory, "" if none; immutable.
 	xdirKey string
 
-	mu   sync.Mutex         // guards the fields below
-	ents map[string]dirent  // names learned (positive cache)
-	neg  namespace.Negative // names known absent
-	// completeAt is the start time (unix ns) of the last complete listing
-	// that no mutation has invalidated since; 0 if none. While fresh,
-	// ents is the whole directory.
-	completeAt int64
-	// gen counts mutations of ents; a listing that saw gen change while
-	// it ran does not mark the directory complete.
-	gen     uint64
+	mu sync.Mutex // guards the fields below
+	// cache: the names learned and known absent, and whether they are the
+	// whole directory (while CompleteAt is fresh).
+	cache   namespace.Cache
 	pending map[string]*fileNode // new files being written, not yet in the store
-	// listed: a complete listing happened at least once; refreshing: a
-	// background listing runs (see refresh).
-	listed, refreshing bool
+	// refreshing: a background listing runs (see refresh).
+	refreshing bool
 	// cold counts lookups that the cache could not answer; the
 	// coldListMisses-th within MetadataTTL starts a background listing.
 	cold namespace.ColdMisses
@@ -68,7 +61,7 @@ var (
 )
 
 func newDirNode(f *filesys, key, xdirKey string) *dirNode {
-	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, pending: map[string]*fileNode{}}
+	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, pending: map[string]*fileNode{}}
 }
 
 // Getattr implements fs.NodeGetattrer.
@@ -130,15 +123,15 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, p, 0
 	}
-	if e, ok := d.ents[name]; ok && f.fresh(e.Seen, f.o.MetadataTTL) {
+	if e, ok := d.cache.Entry(name); ok && f.fresh(e.Seen, f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return e, nil, 0
 	}
-	if f.fresh(d.completeAt, f.o.MetadataTTL) {
+	if f.fresh(d.cache.CompleteAt(), f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
-	if d.neg.Absent(name, func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }) {
+	if d.cache.Absent(name, func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }) {
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
@@ -150,7 +143,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	// the store; without a grace it would fail with EINTR.
 	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
 	defer cancel()
-	stale := d.listed && len(d.ents) >= refreshMinEntries
+	stale := d.cache.Listed() && d.cache.Len() >= refreshMinEntries
 	if !d.refreshing && (stale || d.noteMissLocked()) {
 		kind := refreshCold
 		if stale {
@@ -187,14 +180,12 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.setNegLocked(name)
 		return dirent{}, nil, syscall.ENOENT
 	}
-	d.ents[name] = ent
-	d.neg.Forget(name)
+	d.cache.Learn(name, ent)
 	return ent, nil, 0
 }
 
 func (d *dirNode) setNegLocked(name string) {
-	d.neg.Add(name, d.fsys.now())
-	delete(d.ents, name)
+	d.cache.SetAbsent(name, d.fsys.now())
 }
 
 // childInode returns the Inode for name described by e, reusing the
@@ -240,19 +231,14 @@ func (d *dirNode) noteEnt(name string, e dirent) {
 
 // noteEntLocked is noteEnt with d.mu held.
 func (d *dirNode) noteEntLocked(name string, e dirent) {
-	d.ents[name] = e
-	d.neg.Forget(name)
-	d.completeAt = 0
-	d.gen++
+	d.cache.Note(name, e)
 }
 
 // noteGone records that name no longer exists.
 func (d *dirNode) noteGone(name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.setNegLocked(name)
-	d.completeAt = 0
-	d.gen++
+	d.cache.Gone(name, d.fsys.now())
 }
 
 // forgetEnt drops what is known about name (the next lookup asks the
@@ -260,10 +246,7 @@ func (d *dirNode) noteGone(name string) {
 func (d *dirNode) forgetEnt(name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.ents, name)
-	d.neg.Forget(name)
-	d.completeAt = 0
-	d.gen++
+	d.cache.Forget(name)
 }
 
 // childrenChanged is called after a child of d was removed: d itself may
@@ -283,7 +266,7 @@ func (d *dirNode) addPending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pending[name] = n
-	d.neg.Forget(name)
+	d.cache.ForgetAbsent(name)
 }
 
 // commitPending replaces the pending file n by its committed entry in
