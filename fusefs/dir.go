@@ -31,7 +31,7 @@ type dirNode struct {
 	// cache: the names learned and known absent, and whether they are the
 	// whole directory (while CompleteAt is fresh).
 	cache   namespace.Cache
-	pending map[string]*fileNode // new files being written, not yet in the store
+	pending namespace.Pending[*fileNode] // new files being written, not yet in the store
 	// refreshing: a background listing runs (see refresh).
 	refreshing bool
 	// cold counts lookups that the cache could not answer; the
@@ -61,7 +61,7 @@ var (
 )
 
 func newDirNode(f *filesys, key, xdirKey string) *dirNode {
-	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, pending: map[string]*fileNode{}}
+	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey}
 }
 
 // Getattr implements fs.NodeGetattrer.
@@ -119,7 +119,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		return dirent{}, nil, syscall.ENAMETOOLONG
 	}
 	d.mu.Lock()
-	if p := d.pending[name]; p != nil {
+	if p, ok := d.pending.Get(name); ok {
 		d.mu.Unlock()
 		return dirent{}, p, 0
 	}
@@ -154,7 +154,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	}
 	if d.refreshing && d.listKind != refreshStale {
 		if ent, found, decided := d.awaitListingLocked(ctx, name); decided {
-			if p := d.pending[name]; p != nil {
+			if p, ok := d.pending.Get(name); ok {
 				d.mu.Unlock()
 				return dirent{}, p, 0
 			}
@@ -265,7 +265,7 @@ func (d *dirNode) childrenChanged() {
 func (d *dirNode) addPending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pending[name] = n
+	d.pending.Add(name, n)
 	d.cache.ForgetAbsent(name)
 }
 
@@ -275,9 +275,7 @@ func (d *dirNode) addPending(name string, n *fileNode) {
 func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.pending[name] == n {
-		delete(d.pending, name)
-	}
+	d.pending.Remove(name, n)
 	d.noteEntLocked(name, e)
 }
 
@@ -285,13 +283,11 @@ func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
 func (d *dirNode) removePending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.pending[name] == n {
-		delete(d.pending, name)
-	}
+	d.pending.Remove(name, n)
 }
 
 func (d *dirNode) hasPending() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.pending) > 0
+	return d.pending.Len() > 0
 }

@@ -86,7 +86,7 @@ func (h *dirHandle) start(forceList bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h.skip = map[string]bool{}
-	for name, n := range d.pending {
+	for name, n := range d.pending.All {
 		h.skip[name] = true
 		h.queue = append(h.queue, listed{name: name, pend: n})
 	}
