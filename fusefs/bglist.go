@@ -32,7 +32,8 @@ const (
 const listWaitMisses = namespace.ListWaitMisses
 
 // awaitListingLocked waits for the background listing under way (d.mu
-// held on entry and on return, released while waiting) to decide name.
+// held on entry and on return, released while waiting) to decide name
+// (namespace.Progress.Await).
 // decided is false when the listing ends, fails or does not reach name
 // within Options.listWait, when the cache changed under it, or when this listing has
 // stopped being worth waiting for; the caller then probes. Waiting
@@ -42,44 +43,9 @@ const listWaitMisses = namespace.ListWaitMisses
 // listing (versitygw's posix backend) a probe costs the server about as
 // much CPU as listing a thousand names.
 func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dirent, found, decided bool) {
-	if !d.prog.Worth() {
-		return dirent{}, false, false
-	}
+	f := d.fsys
 	key := namespace.ChildKey(d.key, name) + "/"
-	var timer *time.Timer
-	for {
-		if !d.prog.Running() {
-			// The listing ended; if it completed, the cache is the directory.
-			if d.fsys.fresh(d.cache.CompleteAt(), d.fsys.o.MetadataTTL) {
-				e, ok := d.cache.Entry(name)
-				return e, ok, true
-			}
-			return dirent{}, false, false
-		}
-		if d.cache.Gen() != d.prog.Gen() {
-			return dirent{}, false, false
-		}
-		if d.prog.Decided(key) {
-			if timer != nil {
-				d.prog.Hit()
-			}
-			e, ok := d.cache.Entry(name)
-			if ok && e.Seen >= d.prog.From() {
-				return e, true, true
-			}
-			return dirent{}, false, true
-		}
-		if timer == nil {
-			timer = time.NewTimer(d.fsys.o.listWait)
-			defer timer.Stop()
-		}
-		if !d.prog.Wait(ctx, timer, &d.mu) {
-			if ctx.Err() == nil {
-				d.prog.Miss()
-			}
-			return dirent{}, false, false
-		}
-	}
+	return d.prog.Await(ctx, &d.mu, &d.cache, name, key, f.o.listWait, func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) })
 }
 
 // noteMissLocked counts a lookup miss and reports whether it is the one

@@ -119,3 +119,56 @@ func (p *Progress) Misses() int { return p.misses }
 func (p *Progress) Worth() bool {
 	return p.misses < ListWaitMisses || p.hits > p.misses
 }
+
+// Await waits for the listing under way to decide name (whose key is
+// key, the child's key followed by "/") in the directory cached in c,
+// with mu (the lock guarding p and c) held on entry and on return and
+// released while waiting. fresh(t) says whether a complete listing begun
+// at t still holds (the metadata TTL).
+//
+// decided is false, and the caller probes the store instead, when the
+// listing ends incomplete or fails, does not reach name within wait,
+// when c changed under it (Cache.Gen), when ctx ends, or when this
+// listing has stopped being worth waiting for (Worth). A wait that ends
+// with the listing past name counts as a Hit, one that runs out of time
+// as a Miss. Otherwise found says whether name exists, and e is its
+// entry.
+func (p *Progress) Await(ctx context.Context, mu sync.Locker, c *Cache, name, key string, wait time.Duration, fresh func(t int64) bool) (e Entry, found, decided bool) {
+	if !p.Worth() {
+		return Entry{}, false, false
+	}
+	var timer *time.Timer
+	for {
+		if !p.Running() {
+			// The listing ended; if it completed, c is the directory.
+			if fresh(c.CompleteAt()) {
+				e, ok := c.Entry(name)
+				return e, ok, true
+			}
+			return Entry{}, false, false
+		}
+		if c.Gen() != p.Gen() {
+			return Entry{}, false, false
+		}
+		if p.Decided(key) {
+			if timer != nil {
+				p.Hit()
+			}
+			e, ok := c.Entry(name)
+			if ok && e.Seen >= p.From() {
+				return e, true, true
+			}
+			return Entry{}, false, true
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		if !p.Wait(ctx, timer, mu) {
+			if ctx.Err() == nil {
+				p.Miss()
+			}
+			return Entry{}, false, false
+		}
+	}
+}

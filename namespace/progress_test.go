@@ -143,3 +143,85 @@ func TestProgressWaitNoListing(t *testing.T) {
 		t.Fatal("Wait with no listing under way = false, want true at once")
 	}
 }
+
+// TestProgressAwait: a lookup waiting for a background listing is
+// answered by the page that passes its name, present or absent, and by
+// the end of a complete listing; it gives up when the listing ends
+// incomplete, the directory changes, or its wait runs out.
+func TestProgressAwait(t *testing.T) {
+	always := func(t int64) bool { return t != 0 }
+	const long = time.Minute // never reached in a passing test
+	tests := []struct {
+		name    string
+		wait    time.Duration
+		key     string                      // ChildKey("d/", name)+"/"
+		step    func(p *Progress, c *Cache) // under mu, after the waiter blocked
+		found   bool
+		decided bool
+		hits    int
+		misses  int
+	}{
+		{"a page passes the name, present", long, "d/b/", func(p *Progress, c *Cache) {
+			c.Learn("b", Entry{Seen: 10})
+			p.Advance("d/c/")
+		}, true, true, 1, 0},
+		{"a page passes the name, absent", long, "d/b/", func(p *Progress, c *Cache) {
+			c.Learn("c", Entry{Seen: 10})
+			p.Advance("d/c/")
+		}, false, true, 1, 0},
+		{"an entry older than the listing is not confirmed", long, "d/b/", func(p *Progress, c *Cache) {
+			c.Learn("b", Entry{Seen: 9})
+			p.Advance("d/c/")
+		}, false, true, 1, 0},
+		{"the listing completes", long, "d/b/", func(p *Progress, c *Cache) {
+			c.Learn("b", Entry{Seen: 10})
+			c.Complete(10, p.Gen())
+			p.End()
+		}, true, true, 0, 0},
+		{"the listing ends incomplete", long, "d/b/", func(p *Progress, c *Cache) { p.End() }, false, false, 0, 0},
+		{"the directory changes", long, "d/b/", func(p *Progress, c *Cache) {
+			c.Note("x", Entry{Seen: 11})
+			p.Advance("d/a/")
+		}, false, false, 0, 0},
+		{"the wait runs out", time.Millisecond, "d/b/", nil, false, false, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var p Progress
+			var c Cache
+			mu.Lock()
+			p.Start(10, c.Gen())
+			if tc.step != nil {
+				go func() {
+					mu.Lock() // blocks until Await waits
+					defer mu.Unlock()
+					tc.step(&p, &c)
+				}()
+			}
+			_, found, decided := p.Await(context.Background(), &mu, &c, "b", tc.key, tc.wait, always)
+			hits, misses := p.Hits(), p.Misses()
+			mu.Unlock()
+			if found != tc.found || decided != tc.decided || hits != tc.hits || misses != tc.misses {
+				t.Fatalf("Await = found %v, decided %v (hits %d, misses %d); want %v, %v (%d, %d)",
+					found, decided, hits, misses, tc.found, tc.decided, tc.hits, tc.misses)
+			}
+		})
+	}
+}
+
+func TestProgressAwaitNotWorth(t *testing.T) {
+	var mu sync.Mutex
+	var p Progress
+	var c Cache
+	p.Start(1, 0)
+	p.Advance("z/") // would decide the name at once
+	for range ListWaitMisses {
+		p.Miss()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, _, decided := p.Await(context.Background(), &mu, &c, "b", "d/b/", time.Minute, func(int64) bool { return true }); decided {
+		t.Fatal("Await decided for a listing no longer worth waiting for")
+	}
+}
