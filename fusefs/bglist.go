@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"sync/atomic"
-	"time"
 
 	"github.com/os2g/os2g/namespace"
 )
@@ -88,17 +87,7 @@ func (d *dirNode) startRefreshLocked(kind refreshKind) {
 func (d *dirNode) awaitRefresh(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.refreshing {
-		return
-	}
-	seq := d.prog.Seq()
-	timer := time.NewTimer(d.fsys.o.refreshWait)
-	defer timer.Stop()
-	for d.refreshing && d.prog.Seq() == seq && d.prog.Running() {
-		if !d.prog.Wait(ctx, timer, &d.mu) {
-			return
-		}
-	}
+	d.prog.AwaitEnd(ctx, &d.mu, d.fsys.o.refreshWait) // running while d.refreshing
 }
 
 // preListMax bounds the subdirectories that one detected walk has listed

@@ -172,3 +172,24 @@ func (p *Progress) Await(ctx context.Context, mu sync.Locker, c *Cache, name, ke
 		}
 	}
 }
+
+// AwaitEnd waits, at most wait, until the listing under way (if any)
+// has ended, with mu (the lock guarding p) held on entry and on return
+// and released while waiting; so that a readdir started meanwhile reads
+// the listing it leaves instead of listing the directory a second time.
+// A listing that takes longer (a large directory) is not waited for to
+// the end, and a later listing is not waited for at all. It returns
+// early when ctx ends.
+func (p *Progress) AwaitEnd(ctx context.Context, mu sync.Locker, wait time.Duration) {
+	if !p.Running() {
+		return
+	}
+	seq := p.seq
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for p.seq == seq && p.Running() {
+		if !p.Wait(ctx, timer, mu) {
+			return
+		}
+	}
+}

@@ -225,3 +225,53 @@ func TestProgressAwaitNotWorth(t *testing.T) {
 		t.Fatal("Await decided for a listing no longer worth waiting for")
 	}
 }
+
+// TestProgressAwaitEnd: a readdir waits through the pages of the listing
+// under way to its end, but not for a later listing, and not past its
+// wait.
+func TestProgressAwaitEnd(t *testing.T) {
+	const long = time.Minute // never reached in a passing test
+	tests := []struct {
+		name    string
+		wait    time.Duration
+		step    func(p *Progress) // under mu, after the waiter blocked; returns when done
+		running bool              // after AwaitEnd returns
+	}{
+		{"pages then the end", long, func(p *Progress) {
+			p.Advance("a/")
+			p.Advance("b/")
+			p.End()
+		}, false},
+		{"a later listing is not waited for", long, func(p *Progress) {
+			p.End()
+			p.Start(20, 0)
+		}, true},
+		{"the wait runs out", time.Millisecond, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var p Progress
+			mu.Lock()
+			p.Start(10, 0)
+			if tc.step != nil {
+				go func() {
+					mu.Lock()
+					defer mu.Unlock()
+					tc.step(&p)
+				}()
+			}
+			p.AwaitEnd(context.Background(), &mu, tc.wait)
+			running := p.Running()
+			mu.Unlock()
+			if running != tc.running {
+				t.Fatalf("after AwaitEnd: running %v, want %v", running, tc.running)
+			}
+		})
+	}
+	var mu sync.Mutex
+	var p Progress
+	mu.Lock()
+	p.AwaitEnd(context.Background(), &mu, long) // none under way: at once
+	mu.Unlock()
+}
