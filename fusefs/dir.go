@@ -123,19 +123,13 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.mu.Unlock()
 		return dirent{}, p, 0
 	}
-	if e, ok := d.cache.Entry(name); ok && f.fresh(e.Seen, f.o.MetadataTTL) {
+	switch e, known := d.cache.Lookup(name,
+		func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) },
+		func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }); known {
+	case namespace.Present:
 		d.mu.Unlock()
 		return e, nil, 0
-	}
-	if f.fresh(d.cache.CompleteAt(), f.o.MetadataTTL) {
-		d.mu.Unlock()
-		return dirent{}, nil, syscall.ENOENT
-	}
-	if d.cache.Absent(name, func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }) {
-		d.mu.Unlock()
-		return dirent{}, nil, syscall.ENOENT
-	}
-	if !namespace.ValidName(name) {
+	case namespace.Absent:
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}

@@ -134,3 +134,32 @@ func (c *Cache) Complete(start int64, gen uint64) bool {
 	c.listed = true
 	return true
 }
+
+// Known is what the cache can say of a name without asking the store.
+type Known int
+
+const (
+	// Unknown: the store must be asked (a probe, or a listing's page).
+	Unknown Known = iota
+	// Present: the entry returned is fresh.
+	Present
+	// Absent: the name does not exist (a fresh complete listing lacks
+	// it, it was found absent within the negative TTL, or it cannot be a
+	// POSIX name).
+	Absent
+)
+
+// Lookup answers name from the cache: Present with its entry when that
+// is fresh (fresh(Entry.Seen), the metadata TTL); Absent when a complete
+// listing is fresh (fresh(CompleteAt)) and lacks it, when it was found
+// absent within freshNeg (the negative TTL), or when it is not a valid
+// name (ValidName); else Unknown.
+func (c *Cache) Lookup(name string, fresh, freshNeg func(t int64) bool) (Entry, Known) {
+	if e, ok := c.ents[name]; ok && fresh(e.Seen) {
+		return e, Present
+	}
+	if fresh(c.completeAt) || c.neg.Absent(name, freshNeg) || !ValidName(name) {
+		return Entry{}, Absent
+	}
+	return Entry{}, Unknown
+}

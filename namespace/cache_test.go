@@ -104,3 +104,41 @@ func TestCacheNamesSubdirs(t *testing.T) {
 		t.Fatal("Entry(nope) found")
 	}
 }
+
+func TestCacheLookup(t *testing.T) {
+	const now, ttl = 1000, 100
+	fresh := func(at int64) bool { return at != 0 && now-at < ttl }
+	freshNeg := func(at int64) bool { return at != 0 && now-at < ttl/2 }
+	tests := []struct {
+		name  string
+		setup func(c *Cache)
+		look  string
+		want  Known
+	}{
+		{"nothing known", func(c *Cache) {}, "a", Unknown},
+		{"fresh entry", func(c *Cache) { c.Learn("a", Entry{Seen: now - 10, Size: 7}) }, "a", Present},
+		{"stale entry", func(c *Cache) { c.Learn("a", Entry{Seen: now - ttl}) }, "a", Unknown},
+		{"fresh complete listing lacks it", func(c *Cache) {
+			c.Learn("b", Entry{Seen: now - 10})
+			c.Complete(now-10, c.Gen())
+		}, "a", Absent},
+		{"stale complete listing", func(c *Cache) { c.Complete(now-ttl, c.Gen()) }, "a", Unknown},
+		{"fresh negative", func(c *Cache) { c.SetAbsent("a", now-10) }, "a", Absent},
+		{"stale negative", func(c *Cache) { c.SetAbsent("a", now-ttl/2) }, "a", Unknown},
+		{"invalid name", func(c *Cache) {}, "..", Absent},
+		{"name too long", func(c *Cache) {}, string(make([]byte, MaxNameLen+1)), Absent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Cache
+			tc.setup(&c)
+			e, got := c.Lookup(tc.look, fresh, freshNeg)
+			if got != tc.want {
+				t.Fatalf("Lookup(%q) = %v, want %v", tc.look, got, tc.want)
+			}
+			if got == Present && e.Size != 7 {
+				t.Fatalf("Lookup(%q) entry %+v, want Size 7", tc.look, e)
+			}
+		})
+	}
+}
