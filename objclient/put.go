@@ -269,7 +269,11 @@ func (w *s3Writer) Abort(ctx context.Context) error {
 		return nil
 	}
 	w.done = true
-	w.cancel()
+	// The parts in flight finish before the abort, not cancelled: a part
+	// the server is still storing when AbortMultipartUpload arrives "might
+	// or might not succeed" (S3 API reference, AbortMultipartUpload) and
+	// can leave the upload behind (seen with versitygw). Each part is
+	// bounded by the op timeout.
 	w.wg.Wait()
 	if w.mp == nil {
 		return nil
