@@ -2,7 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/os2g/os2g/namespace"
 )
@@ -19,22 +21,28 @@ import (
 // file. Lookups meanwhile are answered by probes (refreshStale).
 const refreshMinEntries = 16
 
-// coldListMisses and coldListBackoff: see namespace.ColdListMisses and
-// namespace.ColdListBackoff. Lookups meanwhile are answered by probes,
-// and the prefetcher learns the directory (epoch pre-reading).
-const (
-	coldListMisses  = namespace.ColdListMisses
-	coldListBackoff = namespace.ColdListBackoff
-)
+// coldListMisses: a directory with no fresh complete listing that gets
+// this many lookup misses within MetadataTTL (names opened without ever
+// reading the directory, e.g. a dataset index) is listed in the
+// background, so that later lookups need no LIST and the prefetcher
+// learns the directory (epoch pre-reading). Lookups meanwhile are
+// answered by probes.
+const coldListMisses = 8
 
-// listWaitMisses: see namespace.ListWaitMisses.
-const listWaitMisses = namespace.ListWaitMisses
+// coldListBackoff: after a failed background listing triggered by misses,
+// none is tried again for this long (lookups keep using probes).
+const coldListBackoff = time.Minute
+
+// listWaitMisses is how many waits for one background listing may give
+// up before lookups stop waiting for it, unless more of its waits were
+// answered than gave up: a listing that walks a large directory in an
+// order the lookups do not follow is then left alone.
+const listWaitMisses = 8
 
 // awaitListingLocked waits for the background listing under way (d.mu
-// held on entry and on return, released while waiting) to decide name
-// (namespace.Progress.Await).
+// held on entry and on return, released while waiting) to decide name.
 // decided is false when the listing ends, fails or does not reach name
-// within Options.listWait, when the cache changed under it, or when this listing has
+// within Options.listWait, when ents changed under it, or when this listing has
 // stopped being worth waiting for; the caller then probes. Waiting
 // instead of probing matters when names are opened in listing order
 // without a readdir (a file of paths, a benchmark): each probe is a LIST
@@ -42,16 +50,87 @@ const listWaitMisses = namespace.ListWaitMisses
 // listing (versitygw's posix backend) a probe costs the server about as
 // much CPU as listing a thousand names.
 func (d *dirNode) awaitListingLocked(ctx context.Context, name string) (ent dirent, found, decided bool) {
-	f := d.fsys
+	if d.waitMisses >= listWaitMisses && d.waitHits <= d.waitMisses {
+		return dirent{}, false, false
+	}
 	key := namespace.ChildKey(d.key, name) + "/"
-	return d.prog.Await(ctx, &d.mu, &d.cache, name, key, f.o.listWait, func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) })
+	var timer *time.Timer
+	for {
+		if d.listAdvance == nil {
+			// The listing ended; if it completed, ents is the directory.
+			if d.fsys.fresh(d.completeAt, d.fsys.o.MetadataTTL) {
+				e, ok := d.ents[name]
+				return e, ok, true
+			}
+			return dirent{}, false, false
+		}
+		if d.gen != d.listGen {
+			return dirent{}, false, false
+		}
+		if key <= d.listKey {
+			if timer != nil {
+				d.waitHits++
+			}
+			e, ok := d.ents[name]
+			if ok && e.Seen >= d.listFrom {
+				return e, true, true
+			}
+			return dirent{}, false, true
+		}
+		if timer == nil {
+			timer = time.NewTimer(d.fsys.o.listWait)
+			defer timer.Stop()
+		}
+		if !d.waitListAdvanceLocked(ctx, timer) {
+			if ctx.Err() == nil {
+				d.waitMisses++
+			}
+			return dirent{}, false, false
+		}
+	}
+}
+
+// waitListAdvanceLocked waits, with d.mu released, until the background
+// listing under way moves or ends (true), or t fires or ctx ends (false).
+// d.mu is held on entry and on return; d.listAdvance must be non-nil.
+func (d *dirNode) waitListAdvanceLocked(ctx context.Context, t *time.Timer) bool {
+	ch := d.listAdvance
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// listedUpToLocked records that the background listing has decided every
+// name up to key and wakes the lookups waiting for it; d.mu must be held.
+func (d *dirNode) listedUpToLocked(key string) {
+	if d.listAdvance == nil || key <= d.listKey {
+		return
+	}
+	d.listKey = key
+	close(d.listAdvance)
+	d.listAdvance = make(chan struct{})
 }
 
 // noteMissLocked counts a lookup miss and reports whether it is the one
 // that should start a background listing; d.mu must be held.
 func (d *dirNode) noteMissLocked() bool {
 	f := d.fsys
-	return d.cold.Note(f.now(), func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) })
+	now := f.now()
+	if d.coldFailAt != 0 && now-d.coldFailAt < int64(coldListBackoff) {
+		return false
+	}
+	if !f.fresh(d.missAt, f.o.MetadataTTL) {
+		d.misses, d.missAt = 0, now
+	}
+	d.misses++
+	return d.misses >= coldListMisses
 }
 
 // refreshKind says why a background listing runs, which decides whether
@@ -74,9 +153,12 @@ const (
 // refresh to run; d.mu must be held and d.refreshing false.
 func (d *dirNode) startRefreshLocked(kind refreshKind) {
 	d.refreshing = true
-	d.cold.Reset()
-	d.prog.Start(d.fsys.now(), d.cache.Gen())
+	d.misses, d.missAt = 0, 0
+	d.listKey, d.listFrom, d.listGen = "", d.fsys.now(), d.gen
+	d.listAdvance = make(chan struct{})
 	d.listKind = kind
+	d.listSeq++
+	d.waitHits, d.waitMisses = 0, 0
 }
 
 // awaitRefresh waits, at most Options.refreshWait, until the background listing
@@ -87,15 +169,26 @@ func (d *dirNode) startRefreshLocked(kind refreshKind) {
 func (d *dirNode) awaitRefresh(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.prog.AwaitEnd(ctx, &d.mu, d.fsys.o.refreshWait) // running while d.refreshing
+	if !d.refreshing {
+		return
+	}
+	seq := d.listSeq
+	timer := time.NewTimer(d.fsys.o.refreshWait)
+	defer timer.Stop()
+	for d.refreshing && d.listSeq == seq && d.listAdvance != nil {
+		if !d.waitListAdvanceLocked(ctx, timer) {
+			return
+		}
+	}
 }
 
-// preListMax bounds the subdirectories that one detected walk has listed
-// in the background; walkWindow is how close together two subdirectory
-// listings must start to count as a walk (namespace.Walk).
+// preListMax and preListConcurrency bound the subdirectories that one
+// detected walk has listed in the background, and how many such listings
+// run at a time on the mount; walkWindow is how close together two
+// subdirectory listings must start to count as a walk.
 const (
 	preListMax = 1024
-	walkWindow = namespace.WalkWindow
+	walkWindow = 10 * time.Second
 )
 
 // The entry budget of one walk's background listings, and how many run
@@ -122,12 +215,27 @@ func (d *dirNode) noteWalk() {
 	}
 	now := f.now()
 	p.mu.Lock()
+	if p.preListed {
+		p.mu.Unlock()
+		return
+	}
+	if now-p.walkAt > int64(walkWindow) {
+		p.walked = 0
+	}
+	p.walkAt = now
+	p.walked++
 	var names []string
-	if p.walk.Note(now, f.fresh(p.cache.CompleteAt(), f.o.MetadataTTL)) {
-		names = p.cache.Subdirs(self) // self is being listed by its readdir
+	if p.walked >= 2 && f.fresh(p.completeAt, f.o.MetadataTTL) {
+		p.preListed = true
+		for name, e := range p.ents {
+			if e.Dir && name != self { // self is being listed by its readdir
+				names = append(names, name)
+			}
+		}
 	}
 	p.mu.Unlock()
 	if names != nil {
+		slices.Sort(names)
 		p.preListChildren(names)
 	}
 }
@@ -178,7 +286,7 @@ func (d *dirNode) preListChildren(names []string) {
 func (d *dirNode) preList(budget *atomic.Int64) {
 	f := d.fsys
 	d.mu.Lock()
-	if d.refreshing || f.fresh(d.cache.CompleteAt(), f.o.MetadataTTL) {
+	if d.refreshing || f.fresh(d.completeAt, f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return
 	}
@@ -197,9 +305,12 @@ func (d *dirNode) refresh(kind refreshKind, budget *atomic.Int64) {
 	defer func() {
 		d.mu.Lock()
 		d.refreshing = false
-		d.prog.End()
+		if d.listAdvance != nil {
+			close(d.listAdvance)
+			d.listAdvance = nil
+		}
 		if failed {
-			d.cold.Failed(d.fsys.now())
+			d.coldFailAt = d.fsys.now()
 		}
 		d.mu.Unlock()
 	}()

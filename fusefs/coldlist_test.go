@@ -69,7 +69,7 @@ func TestColdDirectoryListedAfterMisses(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	waitRefresh(t, d, func(d *dirNode) bool { return d.cache.Listed() })
+	waitRefresh(t, d, func(d *dirNode) bool { return d.listed })
 	// The root's probe of "d", one probe per miss but the last (which
 	// starts the listing and waits for it), one listing page.
 	if l := c.Count("List"); l != 1+coldListMisses {
@@ -108,7 +108,7 @@ func TestColdDirectoryListingStartsEpoch(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	waitRefresh(t, d, func(d *dirNode) bool { return d.cache.Listed() })
+	waitRefresh(t, d, func(d *dirNode) bool { return d.listed })
 	if s := pm.Stats(); s.EpochStarts != 0 {
 		t.Fatalf("epoch pre-reading started before any read: %+v", s)
 	}
@@ -143,12 +143,12 @@ func TestColdDirectoryListingFails(t *testing.T) {
 		statCold(t, mnt, i)
 	}
 	d := srv.root.GetChild("d").Operations().(*dirNode)
-	waitRefresh(t, d, func(d *dirNode) bool { return d.cold.FailedAt() != 0 })
+	waitRefresh(t, d, func(d *dirNode) bool { return d.coldFailAt != 0 })
 	for i := coldListMisses; i < coldFiles; i++ {
 		statCold(t, mnt, i)
 	}
 	d.mu.Lock()
-	listed, nneg := d.cache.Listed(), d.cache.AbsentLen()
+	listed, nneg := d.listed, len(d.neg)
 	d.mu.Unlock()
 	if listed || nneg != 0 {
 		t.Errorf("after a failed listing: listed %v, %d negative entries; want false, 0", listed, nneg)
@@ -209,12 +209,12 @@ func TestLookupWaitsForBackgroundListing(t *testing.T) {
 	if n := probesIn(c); n != coldListMisses-1 {
 		t.Errorf("%d probes, want %d (the misses before the listing started)", n, coldListMisses-1)
 	}
-	waitRefresh(t, d, func(d *dirNode) bool { return d.cache.Listed() })
+	waitRefresh(t, d, func(d *dirNode) bool { return d.listed })
 	if n := c.KeyCount("List", "d/"); n != coldFiles/10 {
 		t.Errorf("listing of d/ took %d pages, want %d", n, coldFiles/10)
 	}
 	d.mu.Lock()
-	hits, misses := d.prog.Hits(), d.prog.Misses()
+	hits, misses := d.waitHits, d.waitMisses
 	d.mu.Unlock()
 	if hits == 0 || misses != 0 {
 		t.Errorf("waits for the listing: %d answered, %d gave up; want some answered and none given up", hits, misses)
@@ -278,7 +278,7 @@ func TestLookupStopsWaitingForSlowListing(t *testing.T) {
 		t.Errorf("%d probes, want %d (every lookup)", got, n)
 	}
 	d.mu.Lock()
-	hits, misses := d.prog.Hits(), d.prog.Misses()
+	hits, misses := d.waitHits, d.waitMisses
 	d.mu.Unlock()
 	if hits != 0 || misses != listWaitMisses {
 		t.Errorf("waits: %d answered, %d gave up; want 0 and %d", hits, misses, listWaitMisses)

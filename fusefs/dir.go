@@ -16,6 +16,9 @@ import (
 // namespace.Entry).
 type dirent = namespace.Entry
 
+// maxNegative bounds a directory's negative cache (names known absent).
+const maxNegative = 4096
+
 // dirNode is a directory: the key prefix key ("" or ending in "/"),
 // whether or not a marker object exists for it.
 type dirNode struct {
@@ -27,24 +30,44 @@ type dirNode struct {
 	// directory, "" if none; immutable.
 	xdirKey string
 
-	mu sync.Mutex // guards the fields below
-	// cache: the names learned and known absent, and whether they are the
-	// whole directory (while CompleteAt is fresh).
-	cache   namespace.Cache
-	pending namespace.Pending[*fileNode] // new files being written, not yet in the store
-	// refreshing: a background listing runs (see refresh).
-	refreshing bool
-	// cold counts lookups that the cache could not answer; the
-	// coldListMisses-th within MetadataTTL starts a background listing.
-	cold namespace.ColdMisses
-	// prog: while refreshing, how far the background listing has got,
-	// handed to the lookups that wait for it (awaitListingLocked), and
-	// how many of those waits it answered and how many gave up.
-	prog     namespace.Progress
-	listKind refreshKind
-	// walk: readdirs of subdirectories started; once it detects a walk,
-	// the other subdirectories were handed to preListChildren (noteWalk).
-	walk namespace.Walk
+	mu   sync.Mutex        // guards the fields below
+	ents map[string]dirent // names learned (positive cache)
+	neg  map[string]int64  // names known absent -> unix ns
+	// completeAt is the start time (unix ns) of the last complete listing
+	// that no mutation has invalidated since; 0 if none. While fresh,
+	// ents is the whole directory.
+	completeAt int64
+	// gen counts mutations of ents; a listing that saw gen change while
+	// it ran does not mark the directory complete.
+	gen     uint64
+	pending map[string]*fileNode // new files being written, not yet in the store
+	// listed: a complete listing happened at least once; refreshing: a
+	// background listing runs (see refresh).
+	listed, refreshing bool
+	// misses counts lookups since missAt (unix ns) that the cache could
+	// not answer; the coldListMisses-th within MetadataTTL starts a
+	// background listing. coldFailAt: when such a listing last failed.
+	misses             int
+	missAt, coldFailAt int64
+	// While refreshing: every name whose key+"/" sorts at or before
+	// listKey has been decided by the background listing, which began at
+	// listFrom (unix ns) when gen was listGen; listAdvance is closed (and
+	// replaced) each time listKey moves and when the listing ends.
+	// waitHits and waitMisses count this listing's lookups that it
+	// answered and those that gave up waiting (see awaitListingLocked).
+	listKey              string
+	listFrom             int64
+	listGen              uint64
+	listAdvance          chan struct{}
+	listKind             refreshKind
+	listSeq              uint64 // counts background listings started
+	waitHits, waitMisses int
+	// walked counts readdirs of subdirectories started since walkAt
+	// (unix ns, the latest); preListed: a walk was detected and the
+	// other subdirectories were handed to preListChildren (noteWalk).
+	walked    int
+	walkAt    int64
+	preListed bool
 }
 
 var (
@@ -61,7 +84,7 @@ var (
 )
 
 func newDirNode(f *filesys, key, xdirKey string) *dirNode {
-	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey}
+	return &dirNode{noXattr: noXattr{&f.xattrCalls}, fsys: f, key: key, xdirKey: xdirKey, ents: map[string]dirent{}, neg: map[string]int64{}, pending: map[string]*fileNode{}}
 }
 
 // Getattr implements fs.NodeGetattrer.
@@ -119,17 +142,23 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		return dirent{}, nil, syscall.ENAMETOOLONG
 	}
 	d.mu.Lock()
-	if p, ok := d.pending.Get(name); ok {
+	if p := d.pending[name]; p != nil {
 		d.mu.Unlock()
 		return dirent{}, p, 0
 	}
-	switch e, known := d.cache.Lookup(name,
-		func(t int64) bool { return f.fresh(t, f.o.MetadataTTL) },
-		func(t int64) bool { return f.fresh(t, f.o.NegativeTTL) }); known {
-	case namespace.Present:
+	if e, ok := d.ents[name]; ok && f.fresh(e.Seen, f.o.MetadataTTL) {
 		d.mu.Unlock()
 		return e, nil, 0
-	case namespace.Absent:
+	}
+	if f.fresh(d.completeAt, f.o.MetadataTTL) {
+		d.mu.Unlock()
+		return dirent{}, nil, syscall.ENOENT
+	}
+	if t, ok := d.neg[name]; ok && f.fresh(t, f.o.NegativeTTL) {
+		d.mu.Unlock()
+		return dirent{}, nil, syscall.ENOENT
+	}
+	if !namespace.ValidName(name) {
 		d.mu.Unlock()
 		return dirent{}, nil, syscall.ENOENT
 	}
@@ -137,7 +166,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	// the store; without a grace it would fail with EINTR.
 	ctx, cancel := interruptGrace(ctx, readInterruptGrace)
 	defer cancel()
-	stale := d.cache.Listed() && d.cache.Len() >= refreshMinEntries
+	stale := d.listed && len(d.ents) >= refreshMinEntries
 	if !d.refreshing && (stale || d.noteMissLocked()) {
 		kind := refreshCold
 		if stale {
@@ -148,7 +177,7 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 	}
 	if d.refreshing && d.listKind != refreshStale {
 		if ent, found, decided := d.awaitListingLocked(ctx, name); decided {
-			if p, ok := d.pending.Get(name); ok {
+			if p := d.pending[name]; p != nil {
 				d.mu.Unlock()
 				return dirent{}, p, 0
 			}
@@ -174,12 +203,17 @@ func (d *dirNode) resolve(ctx context.Context, name string) (dirent, *fileNode, 
 		d.setNegLocked(name)
 		return dirent{}, nil, syscall.ENOENT
 	}
-	d.cache.Learn(name, ent)
+	d.ents[name] = ent
+	delete(d.neg, name)
 	return ent, nil, 0
 }
 
 func (d *dirNode) setNegLocked(name string) {
-	d.cache.SetAbsent(name, d.fsys.now())
+	if len(d.neg) >= maxNegative {
+		d.neg = map[string]int64{}
+	}
+	d.neg[name] = d.fsys.now()
+	delete(d.ents, name)
 }
 
 // childInode returns the Inode for name described by e, reusing the
@@ -225,14 +259,19 @@ func (d *dirNode) noteEnt(name string, e dirent) {
 
 // noteEntLocked is noteEnt with d.mu held.
 func (d *dirNode) noteEntLocked(name string, e dirent) {
-	d.cache.Note(name, e)
+	d.ents[name] = e
+	delete(d.neg, name)
+	d.completeAt = 0
+	d.gen++
 }
 
 // noteGone records that name no longer exists.
 func (d *dirNode) noteGone(name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.cache.Gone(name, d.fsys.now())
+	d.setNegLocked(name)
+	d.completeAt = 0
+	d.gen++
 }
 
 // forgetEnt drops what is known about name (the next lookup asks the
@@ -240,7 +279,10 @@ func (d *dirNode) noteGone(name string) {
 func (d *dirNode) forgetEnt(name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.cache.Forget(name)
+	delete(d.ents, name)
+	delete(d.neg, name)
+	d.completeAt = 0
+	d.gen++
 }
 
 // childrenChanged is called after a child of d was removed: d itself may
@@ -259,8 +301,8 @@ func (d *dirNode) childrenChanged() {
 func (d *dirNode) addPending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pending.Add(name, n)
-	d.cache.ForgetAbsent(name)
+	d.pending[name] = n
+	delete(d.neg, name)
 }
 
 // commitPending replaces the pending file n by its committed entry in
@@ -269,7 +311,9 @@ func (d *dirNode) addPending(name string, n *fileNode) {
 func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pending.Remove(name, n)
+	if d.pending[name] == n {
+		delete(d.pending, name)
+	}
 	d.noteEntLocked(name, e)
 }
 
@@ -277,11 +321,13 @@ func (d *dirNode) commitPending(name string, n *fileNode, e dirent) {
 func (d *dirNode) removePending(name string, n *fileNode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pending.Remove(name, n)
+	if d.pending[name] == n {
+		delete(d.pending, name)
+	}
 }
 
 func (d *dirNode) hasPending() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.pending.Len() > 0
+	return len(d.pending) > 0
 }

@@ -14,8 +14,7 @@
 // name (empty, ".", "..", over 255 bytes, NUL) are skipped with a warning,
 // never aliased. docs/semantics.md lists every rule and errno; the
 // FUSE-free rules (validation, key<->name mapping, listing pages to
-// entries, the lookup probe, the marker check) are package namespace, as
-// are a directory's caches, the listing hand-off and the walk detector.
+// entries, the lookup probe, the marker check) are package namespace.
 //
 // # Metadata and caching
 //

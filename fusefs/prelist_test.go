@@ -69,7 +69,7 @@ func TestWalkPreListsSubdirectories(t *testing.T) {
 				return
 			}
 			for i := 2; i < 5; i++ {
-				waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.cache.Listed() })
+				waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.listed })
 			}
 			for i := 2; i < 5; i++ {
 				if n := readDirNames(t, join(mnt, fmt.Sprintf("c%d", i))); n != 3 {
@@ -165,7 +165,7 @@ func TestWalkPreListBudget(t *testing.T) {
 	readDirNames(t, join(mnt, "c1"))
 	// c2 (budget 4 -> 1), then c3 (1 -> -2); then the budget is spent.
 	for i := 2; i < 4; i++ {
-		waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.cache.Listed() })
+		waitRefresh(t, classNode(t, srv, i), func(d *dirNode) bool { return d.listed })
 	}
 	time.Sleep(50 * time.Millisecond) // a listing of c4 would have started by now
 	for i := 4; i < 6; i++ {
@@ -197,7 +197,7 @@ func TestStaleRelistLookupsProbe(t *testing.T) {
 	_, err := os.Lstat(join(mnt, "d", "absent"))
 	wantErrno(t, "lstat d/absent", err, syscall.ENOENT)
 	d.mu.Lock()
-	running, hits, misses := d.refreshing, d.prog.Hits(), d.prog.Misses()
+	running, hits, misses := d.refreshing, d.waitHits, d.waitMisses
 	d.mu.Unlock()
 	if !running {
 		t.Error("no background refresh of the stale listing")

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -53,7 +54,7 @@ type dirHandle struct {
 	last      listed
 	files     []prefetch.File // for Manager.NoteDir (nil without prefetch)
 	// track: this is the background listing (refresh) that lookups may
-	// wait for; each page moves d.prog.
+	// wait for; each page moves d.listKey.
 	track bool
 	// shortFirst: the first page is firstTrackedPage keys (lookups wait
 	// for this listing); walkNote: this readdir lists the directory from
@@ -86,17 +87,23 @@ func (h *dirHandle) start(forceList bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h.skip = map[string]bool{}
-	for name, n := range d.pending.All {
+	for name, n := range d.pending {
 		h.skip[name] = true
 		h.queue = append(h.queue, listed{name: name, pend: n})
 	}
-	if !forceList && f.fresh(d.cache.CompleteAt(), f.o.MetadataTTL) {
+	if !forceList && f.fresh(d.completeAt, f.o.MetadataTTL) {
 		h.fromCache = true
-		h.names = d.cache.Names(h.skip)
+		h.names = make([]string, 0, len(d.ents))
+		for name := range d.ents {
+			if !h.skip[name] {
+				h.names = append(h.names, name)
+			}
+		}
+		slices.Sort(h.names)
 		return
 	}
 	h.listStart = f.now()
-	h.startGen = d.cache.Gen()
+	h.startGen = d.gen
 	h.walkNote = !forceList
 	if f.pf != nil {
 		h.files = []prefetch.File{}
@@ -150,7 +157,7 @@ func (h *dirHandle) fillFromCache() bool {
 	for len(h.names) > 0 && len(h.queue) < int(d.fsys.o.listPageSize) {
 		name := h.names[0]
 		h.names = h.names[1:]
-		if e, ok := d.cache.Entry(name); ok {
+		if e, ok := d.ents[name]; ok {
 			h.queue = append(h.queue, listed{name: name, e: e})
 		}
 	}
@@ -200,17 +207,24 @@ func (h *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		if h.skip[e.name] {
 			continue
 		}
-		d.cache.Learn(e.name, e.e)
+		d.ents[e.name] = e.e
+		delete(d.neg, e.name)
 		kept = append(kept, e)
 		if h.files != nil && !e.e.Dir {
 			h.files = append(h.files, prefetch.File{Key: namespace.ChildKey(d.key, e.name), Size: e.e.Size, ETag: e.e.ETag})
 		}
 	}
 	if h.track && !h.eof {
-		d.prog.Advance(h.l.DecidedUpTo(page))
+		d.listedUpToLocked(h.l.DecidedUpTo(page))
 	}
-	if h.eof {
-		d.cache.Complete(h.listStart, h.startGen)
+	if h.eof && d.gen == h.startGen {
+		for name, e := range d.ents {
+			if e.Seen < h.listStart {
+				delete(d.ents, name)
+			}
+		}
+		d.completeAt = h.listStart
+		d.listed = true
 	}
 	d.mu.Unlock()
 	h.queue = kept
@@ -250,7 +264,7 @@ func (h *dirHandle) checkZero(ctx context.Context, out []listed) ([]listed, sysc
 		}
 		e.zero = false
 		d.mu.Lock()
-		old, ok := d.cache.Entry(e.name)
+		old, ok := d.ents[e.name]
 		d.mu.Unlock()
 		if ok && old.ETag == e.e.ETag && (old.Checked || (old.Dir && old.XDir)) {
 			old.Seen = e.e.Seen

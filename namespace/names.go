@@ -7,16 +7,10 @@
 // directory knows of a name (Entry), the turning of delimiter-listing
 // pages into entries with directories shadowing files of the same name
 // (Lister), the lookup probe of one name and the zero-byte
-// directory-marker check (Probe, CheckMarker) in entry.go; a directory's
-// listing and negative caches (Cache, Negative: cache.go, negative.go);
-// the page-by-page hand-off of a background listing to the lookups that
-// wait for it (Progress, progress.go); the files being written (Pending,
-// pending.go, generic in the caller's handle); the cold-miss counter and the
-// tree-walk detector that start background listings (ColdMisses, Walk:
-// walk.go). None of these locks: the directory's lock guards them.
-// What still lives in fusefs/dir.go, bglist.go and readdir.go is the
-// glue: the directory lock, the lookup/readdir decision sequences that
-// combine these, and the goroutines that run the listings (issue 12).
+// directory-marker check (Probe, CheckMarker) in entry.go. The
+// per-directory engine that uses them (listing and negative caches,
+// background listings and lookup waits, walk detection, pending entries)
+// is still in fusefs/dir.go and readdir.go, to move here next (issue 12).
 package namespace
 
 import "strings"
