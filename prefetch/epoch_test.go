@@ -1,12 +1,8 @@
 package prefetch
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,33 +28,11 @@ func epochDir(t testing.TB, mem *objtest.Mem, dir string, n, size int) ([]File, 
 func readEpoch(t testing.TB, m *Manager, files []File, data map[string][]byte, workers, limit int, seed uint64) {
 	t.Helper()
 	order := rand.New(rand.NewPCG(seed, seed)).Perm(len(files))[:limit]
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var bad atomic.Int64
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(order) {
-					return
-				}
-				f := files[order[i]]
-				r := m.Open(f)
-				p := make([]byte, f.Size+100)
-				n, err := r.ReadAt(context.Background(), p, 0)
-				r.Close()
-				if err != nil || !bytes.Equal(p[:n], data[f.Key]) {
-					bad.Add(1)
-				}
-			}
-		}()
+	shuffled := make([]File, len(order))
+	for i, k := range order {
+		shuffled[i] = files[k]
 	}
-	wg.Wait()
-	if b := bad.Load(); b > 0 {
-		t.Fatalf("%d bad reads", b)
-	}
+	readList(t, m, shuffled, data, workers)
 }
 
 // TestEpochPreRead: after the pattern shows, opens find their bytes
